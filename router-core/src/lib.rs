@@ -1,0 +1,14 @@
+//! router-core: the pure heart of Switchyard.
+//!
+//! Policy classes, the booking ledger, the admission gate and class queues, placement and
+//! the KV prefix index. Nothing here is async, does I/O, reads a clock or draws random
+//! numbers of its own: time, randomness and ids come in as arguments, and decisions come
+//! out as values with reasons. The actor layer (`router-actors`) carries them out.
+
+pub mod ids;
+pub mod time;
+pub mod worker;
+
+pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use time::Timestamp;
+pub use worker::{WorkerSpec, WorkerSpecError};

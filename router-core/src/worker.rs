@@ -1,0 +1,85 @@
+//! What a worker announces about itself: its data-parallel ranks and their capacities,
+//! and the LoRA adapters it can serve. Validated once at the edge so the ledger can
+//! trust it.
+
+use crate::ids::{RankId, WorkerId};
+use serde::{Deserialize, Serialize};
+
+/// Used when a worker does not say how many tokens one batch may hold: such a rank
+/// practically never counts as prefill-busy (same convention as the reference router).
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 10_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub id: WorkerId,
+    /// First data-parallel rank; the worker owns `dp_start .. dp_start + dp_size`.
+    #[serde(default)]
+    pub dp_start: u32,
+    pub dp_size: u32,
+    /// KV blocks per rank. `None`: unknown, the rank never counts as decode-full.
+    pub total_kv_blocks: Option<u64>,
+    /// Token budget of one engine step per rank. `None`: [`DEFAULT_MAX_NUM_BATCHED_TOKENS`].
+    pub max_num_batched_tokens: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// LoRA adapters this worker can serve.
+    #[serde(default)]
+    pub loras: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerSpecError {
+    #[error("{worker}: dp_size must be at least 1")]
+    NoRanks { worker: WorkerId },
+    #[error("{worker}: dp_start + dp_size overflows")]
+    RankOverflow { worker: WorkerId },
+    #[error("{worker}: block_size must be at least 1")]
+    ZeroBlockSize { worker: WorkerId },
+    #[error("{worker}: max_num_batched_tokens must be at least 1")]
+    ZeroBatchTokens { worker: WorkerId },
+}
+
+impl WorkerSpec {
+    /// A worker with `dp_size` ranks starting at 0.
+    pub fn new(id: u64, dp_size: u32, total_kv_blocks: u64, max_num_batched_tokens: u64) -> Self {
+        Self {
+            id: WorkerId(id),
+            dp_start: 0,
+            dp_size,
+            total_kv_blocks: Some(total_kv_blocks),
+            max_num_batched_tokens: Some(max_num_batched_tokens),
+            block_size: 16,
+            loras: Vec::new(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), WorkerSpecError> {
+        let worker = self.id;
+        if self.dp_size == 0 {
+            return Err(WorkerSpecError::NoRanks { worker });
+        }
+        if self.dp_start.checked_add(self.dp_size).is_none() {
+            return Err(WorkerSpecError::RankOverflow { worker });
+        }
+        if self.block_size == 0 {
+            return Err(WorkerSpecError::ZeroBlockSize { worker });
+        }
+        if self.max_num_batched_tokens == Some(0) {
+            return Err(WorkerSpecError::ZeroBatchTokens { worker });
+        }
+        Ok(())
+    }
+
+    pub fn ranks(&self) -> impl Iterator<Item = RankId> + '_ {
+        (self.dp_start..self.dp_start.saturating_add(self.dp_size))
+            .map(|dp_rank| RankId { worker: self.id, dp_rank })
+    }
+
+    pub fn batch_tokens(&self) -> u64 {
+        self.max_num_batched_tokens.unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    }
+
+    pub fn serves_lora(&self, lora: &str) -> bool {
+        self.loras.iter().any(|l| l == lora)
+    }
+}
