@@ -27,7 +27,10 @@ pub struct RankId {
 
 impl RankId {
     pub const fn new(worker: u64, dp_rank: u32) -> Self {
-        Self { worker: WorkerId(worker), dp_rank }
+        Self {
+            worker: WorkerId(worker),
+            dp_rank,
+        }
     }
 }
 

@@ -6,9 +6,11 @@
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
 pub mod ids;
+pub mod policy;
 pub mod time;
 pub mod worker;
 
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};

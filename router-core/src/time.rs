@@ -51,7 +51,10 @@ mod tests {
     fn adding_durations_saturates_instead_of_overflowing() {
         let t = Timestamp(u64::MAX - 1) + Duration::from_secs(10);
         assert_eq!(t, Timestamp(u64::MAX));
-        assert_eq!(Timestamp::from_millis(5) + Duration::from_millis(2), Timestamp(7_000));
+        assert_eq!(
+            Timestamp::from_millis(5) + Duration::from_millis(2),
+            Timestamp(7_000)
+        );
         assert_eq!(Timestamp(3).saturating_since(Timestamp(10)), Duration::ZERO);
     }
 }

@@ -71,12 +71,15 @@ impl WorkerSpec {
     }
 
     pub fn ranks(&self) -> impl Iterator<Item = RankId> + '_ {
-        (self.dp_start..self.dp_start.saturating_add(self.dp_size))
-            .map(|dp_rank| RankId { worker: self.id, dp_rank })
+        (self.dp_start..self.dp_start.saturating_add(self.dp_size)).map(|dp_rank| RankId {
+            worker: self.id,
+            dp_rank,
+        })
     }
 
     pub fn batch_tokens(&self) -> u64 {
-        self.max_num_batched_tokens.unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        self.max_num_batched_tokens
+            .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS)
     }
 
     pub fn serves_lora(&self, lora: &str) -> bool {
