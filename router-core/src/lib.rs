@@ -5,12 +5,16 @@
 //! numbers of its own: time, randomness and ids come in as arguments, and decisions come
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
+pub mod eligibility;
 pub mod ids;
+pub mod ledger;
 pub mod policy;
 pub mod time;
 pub mod worker;
 
+pub use eligibility::Eligibility;
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
 pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};

@@ -1,0 +1,227 @@
+//! Gate queries over the incremental per-class indexes: "some eligible rank is not
+//! prefill-busy for the class and has decode room for N blocks", the busy counts behind the
+//! busy-ratio rule, and the best decode rank with room (the paired-pool check and the
+//! reservation target). Unfiltered queries read a tree root; filtered ones (allow-list,
+//! LoRA, pin) walk only the ranks they allow.
+
+use super::BookingLedger;
+use super::rank::saturating_i64;
+use crate::eligibility::Eligibility;
+use crate::ids::{ClassId, RankId};
+use crate::policy::{ClassPolicy, Fraction};
+use serde::{Deserialize, Serialize};
+
+/// Why a class must wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateClosed {
+    /// Every eligible rank (or the busy-ratio share of them) is prefill-busy for the class.
+    PrefillBusy,
+    /// No eligible rank has decode room for the request under the class fraction.
+    DecodeFull,
+}
+
+/// The answer of a decode-room check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RoomAnswer {
+    /// This rank has the most room left under the class line, and enough for the need.
+    Room { rank: RankId, headroom: i64 },
+    /// No rank is eligible at all: the gate stays open so selection can say why.
+    NoRanks,
+    /// Eligible ranks exist but none has room.
+    Full,
+}
+
+/// `busy >= ratio × eligible`, in integers.
+pub(crate) fn ratio_reached(busy: u64, eligible: u64, ratio: Fraction) -> bool {
+    u128::from(busy) * 1_000_000 >= u128::from(eligible) * u128::from(ratio.floor_of(1_000_000))
+}
+
+impl BookingLedger {
+    pub fn class_policy(&self, class: ClassId) -> &ClassPolicy {
+        &self.classes[class.index()]
+    }
+
+    /// The class gate on this pool's own ranks for a request needing `need` decode blocks.
+    /// Open when no rank is eligible at all (selection then reports the precise error).
+    pub fn class_gate(
+        &self,
+        class: ClassId,
+        need: u64,
+        filter: &Eligibility,
+    ) -> Result<(), GateClosed> {
+        let c = class.index();
+        let policy = &self.classes[c];
+        if !policy.gated() {
+            return Ok(());
+        }
+        if !filter.is_unfiltered() {
+            return self.class_gate_filtered(c, need, filter);
+        }
+        let eligible = u64::from(self.eligible_ranks);
+        if eligible == 0 {
+            return Ok(());
+        }
+        let need_i = saturating_i64(need);
+        match policy.busy_worker_ratio {
+            Some(ratio) => {
+                if ratio_reached(u64::from(self.busy_counts[c]), eligible, ratio) {
+                    return Err(GateClosed::PrefillBusy);
+                }
+                if policy.has_decode_threshold() && self.room[c].max() < need_i {
+                    return Err(GateClosed::DecodeFull);
+                }
+                Ok(())
+            }
+            None if self.open[c].max() >= need_i => Ok(()),
+            None if u64::from(self.busy_counts[c]) == eligible => Err(GateClosed::PrefillBusy),
+            None => Err(GateClosed::DecodeFull),
+        }
+    }
+
+    fn class_gate_filtered(
+        &self,
+        c: usize,
+        need: u64,
+        filter: &Eligibility,
+    ) -> Result<(), GateClosed> {
+        let policy = &self.classes[c];
+        let (mut eligible, mut busy, mut open, mut room) = (0u64, 0u64, false, false);
+        for slot in self.eligible_slots(filter) {
+            let Some(rank) = self.rank(slot) else {
+                continue;
+            };
+            eligible += 1;
+            let is_busy = rank.prefill_busy(c);
+            let has_room = rank.has_room(c, need);
+            busy += u64::from(is_busy);
+            open |= !is_busy && has_room;
+            room |= has_room;
+        }
+        if eligible == 0 {
+            return Ok(());
+        }
+        match policy.busy_worker_ratio {
+            Some(ratio) if ratio_reached(busy, eligible, ratio) => Err(GateClosed::PrefillBusy),
+            Some(_) if !room => Err(GateClosed::DecodeFull),
+            Some(_) => Ok(()),
+            None if open => Ok(()),
+            None if busy == eligible => Err(GateClosed::PrefillBusy),
+            None => Err(GateClosed::DecodeFull),
+        }
+    }
+
+    /// (prefill-busy ranks for the class, eligible ranks), over ranks of workers that are
+    /// not overloaded.
+    pub fn busy_ranks(&self, class: ClassId) -> (u32, u32) {
+        (self.busy_counts[class.index()], self.eligible_ranks)
+    }
+
+    /// The eligible rank with the most decode room left under the class line, when it can
+    /// take `need` more blocks. `pending` lists blocks already promised on ranks that this
+    /// ledger does not show yet (a reader's own in-flight reservations). Ranks of
+    /// overloaded workers never count. A class without a decode fraction has room on every
+    /// eligible rank.
+    pub fn decode_room(
+        &self,
+        class: ClassId,
+        need: u64,
+        filter: &Eligibility,
+        pending: &[(RankId, u64)],
+    ) -> RoomAnswer {
+        let c = class.index();
+        let need_i = saturating_i64(need);
+        let pending_on = |rank: RankId| -> i64 {
+            pending
+                .iter()
+                .filter(|(r, _)| *r == rank)
+                .map(|(_, b)| saturating_i64(*b))
+                .sum()
+        };
+        let best = if filter.is_unfiltered() && self.classes[c].has_decode_threshold() {
+            if self.eligible_ranks == 0 {
+                return RoomAnswer::NoRanks;
+            }
+            let mut pending_slots: Vec<usize> = pending
+                .iter()
+                .filter_map(|(r, _)| self.by_rank.get(r).copied())
+                .collect();
+            pending_slots.sort_unstable();
+            pending_slots.dedup();
+            let untouched = self.room[c]
+                .max_excluding(&pending_slots)
+                .map(|(v, s)| (v, s));
+            let touched = pending_slots.iter().filter_map(|&s| {
+                let rank = self.rank(s)?;
+                let value = self.room[c].get(s);
+                (value > i64::MIN).then(|| (value.saturating_sub(pending_on(rank.id)), s))
+            });
+            untouched.into_iter().chain(touched).fold(None, pick_best)
+        } else {
+            let mut any = false;
+            let best = self
+                .eligible_slots(filter)
+                .filter_map(|s| {
+                    let rank = self.rank(s)?;
+                    any = true;
+                    Some((rank.headroom(c).saturating_sub(pending_on(rank.id)), s))
+                })
+                .fold(None, pick_best);
+            if !any {
+                return RoomAnswer::NoRanks;
+            }
+            best
+        };
+        match best {
+            Some((headroom, slot)) if headroom >= need_i => match self.rank(slot) {
+                Some(rank) => RoomAnswer::Room {
+                    rank: rank.id,
+                    headroom,
+                },
+                None => RoomAnswer::Full,
+            },
+            _ => RoomAnswer::Full,
+        }
+    }
+
+    /// Slots a filtered request may use, without ranks of overloaded workers. A pin wins
+    /// over the LoRA narrowing; a narrowing that leaves nothing falls back to the allowed
+    /// set.
+    pub(crate) fn eligible_slots<'a>(
+        &'a self,
+        filter: &'a Eligibility,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let pinned = filter.pinned.and_then(|rank| {
+            (filter.allows_worker(rank.worker) && !self.worker_is_overloaded(rank.worker))
+                .then(|| self.by_rank.get(&rank).copied())
+                .flatten()
+        });
+        let lora_served = filter.lora.as_deref().is_some_and(|lora| {
+            self.workers
+                .values()
+                .any(|w| filter.allows_worker(w.spec.id) && w.spec.serves_lora(lora))
+        });
+        let unpinned = filter.pinned.is_none();
+        let workers = self.workers.values().filter(move |w| {
+            unpinned
+                && filter.allows_worker(w.spec.id)
+                && !w.overloaded()
+                && (!lora_served
+                    || filter
+                        .lora
+                        .as_deref()
+                        .is_some_and(|l| w.spec.serves_lora(l)))
+        });
+        pinned
+            .into_iter()
+            .chain(workers.flat_map(|w| w.slots.iter().copied()))
+    }
+}
+
+/// Keeps the larger headroom, the lower slot on ties.
+fn pick_best(best: Option<(i64, usize)>, next: (i64, usize)) -> Option<(i64, usize)> {
+    match best {
+        Some(b) if b.0 > next.0 || (b.0 == next.0 && b.1 < next.1) => Some(b),
+        _ => Some(next),
+    }
+}

@@ -1,0 +1,173 @@
+//! One rank's booked load: prefill tokens of requests still in prefill, the unique KV
+//! blocks held by its requests (a shared prefix counts once), blocks booked without hashes,
+//! and decode blocks reserved ahead of decode legs. Also the per-class lines that turn the
+//! load into "busy" and "room" answers.
+
+use crate::ids::RankId;
+use crate::policy::{ClassPolicy, RejectThresholds};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Per-class lines of one rank, precomputed from its capacities.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClassLines {
+    /// Prefill-busy when booked prefill tokens are strictly above this.
+    pub prefill_busy: u64,
+    /// Room for `n` blocks when decode blocks + reserved + n <= this. `None`: always room.
+    pub decode_room: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct RankState {
+    pub id: RankId,
+    pub total_kv_blocks: Option<u64>,
+    pub batch_tokens: u64,
+    pub block_size: u32,
+    pub prefill_tokens: u64,
+    /// Refcount of each booked block hash on this rank.
+    pub blocks: FxHashMap<u64, u32>,
+    /// Blocks booked without hashes (nothing to share them with).
+    pub private_blocks: u64,
+    pub reserved_blocks: u64,
+    pub requests: u32,
+    /// Over a router-wide reject threshold.
+    pub over: bool,
+    /// Prefill-busy per class, as last counted.
+    pub busy: Vec<bool>,
+    pub lines: Vec<ClassLines>,
+}
+
+impl RankState {
+    pub(crate) fn new(
+        id: RankId,
+        total_kv_blocks: Option<u64>,
+        batch_tokens: u64,
+        block_size: u32,
+        classes: &[ClassPolicy],
+    ) -> Self {
+        let mut rank = Self {
+            id,
+            total_kv_blocks,
+            batch_tokens,
+            block_size,
+            prefill_tokens: 0,
+            blocks: FxHashMap::default(),
+            private_blocks: 0,
+            reserved_blocks: 0,
+            requests: 0,
+            over: false,
+            busy: vec![false; classes.len()],
+            lines: Vec::new(),
+        };
+        rank.set_lines(classes);
+        rank
+    }
+
+    pub(crate) fn set_lines(&mut self, classes: &[ClassPolicy]) {
+        self.lines = classes
+            .iter()
+            .map(|c| ClassLines {
+                prefill_busy: c.prefill_busy_line(self.batch_tokens),
+                decode_room: c.decode_room_line(self.total_kv_blocks),
+            })
+            .collect();
+    }
+
+    /// Unique booked blocks (the decode footprint), without reservations.
+    pub(crate) fn decode_blocks(&self) -> u64 {
+        self.blocks.len() as u64 + self.private_blocks
+    }
+
+    /// Booked plus reserved decode blocks.
+    pub(crate) fn committed_blocks(&self) -> u64 {
+        self.decode_blocks() + self.reserved_blocks
+    }
+
+    pub(crate) fn prefill_busy(&self, class: usize) -> bool {
+        self.prefill_tokens > self.lines[class].prefill_busy
+    }
+
+    /// How many more blocks the class may commit here: its line minus booked and reserved
+    /// blocks (negative when over). `i64::MAX` when the class has no decode line here.
+    pub(crate) fn headroom(&self, class: usize) -> i64 {
+        match self.lines[class].decode_room {
+            None => i64::MAX,
+            Some(line) => saturating_i64(line) - saturating_i64(self.committed_blocks()),
+        }
+    }
+
+    pub(crate) fn has_room(&self, class: usize, need: u64) -> bool {
+        self.headroom(class) >= saturating_i64(need)
+    }
+
+    pub(crate) fn over_thresholds(&self, thresholds: &RejectThresholds) -> bool {
+        thresholds.rank_over(
+            self.prefill_tokens,
+            self.decode_blocks(),
+            self.total_kv_blocks,
+            self.batch_tokens,
+        )
+    }
+
+    /// Blocks of `hashes` not already held on this rank.
+    pub(crate) fn new_blocks(&self, hashes: &[u64]) -> u64 {
+        hashes
+            .iter()
+            .filter(|h| !self.blocks.contains_key(h))
+            .count() as u64
+    }
+
+    pub(crate) fn add_blocks(&mut self, hashes: &[u64]) {
+        for h in hashes {
+            *self.blocks.entry(*h).or_insert(0) += 1;
+        }
+    }
+
+    pub(crate) fn remove_blocks(&mut self, hashes: &[u64]) {
+        for h in hashes {
+            match self.blocks.get_mut(h) {
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    self.blocks.remove(h);
+                }
+                None => debug_assert!(
+                    false,
+                    "{}: releasing block {h:#x} it does not hold",
+                    self.id
+                ),
+            }
+        }
+    }
+
+    pub(crate) fn snapshot(&self, overloaded: bool) -> RankSnapshot {
+        RankSnapshot {
+            rank: self.id,
+            prefill_tokens: self.prefill_tokens,
+            decode_blocks: self.decode_blocks(),
+            reserved_blocks: self.reserved_blocks,
+            requests: self.requests,
+            total_kv_blocks: self.total_kv_blocks,
+            max_num_batched_tokens: self.batch_tokens,
+            over_reject_threshold: self.over,
+            worker_overloaded: overloaded,
+        }
+    }
+}
+
+pub(crate) fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// One rank as `Observe` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankSnapshot {
+    pub rank: RankId,
+    pub prefill_tokens: u64,
+    pub decode_blocks: u64,
+    pub reserved_blocks: u64,
+    pub requests: u32,
+    pub total_kv_blocks: Option<u64>,
+    pub max_num_batched_tokens: u64,
+    pub over_reject_threshold: bool,
+    pub worker_overloaded: bool,
+}
