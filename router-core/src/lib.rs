@@ -6,9 +6,14 @@
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
 pub mod ids;
+pub mod queue;
 pub mod time;
 pub mod worker;
 
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use queue::{
+    ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
+    QueueConfigError, QueueSnapshot, QueueTicket, RejectReason,
+};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};
