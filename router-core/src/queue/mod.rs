@@ -15,6 +15,11 @@ mod drr;
 mod inspect;
 mod types;
 
+#[cfg(test)]
+mod admission_tests;
+#[cfg(test)]
+mod tests;
+
 pub use types::{
     ClassSnapshot, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop,
     QueueClassSpec, QueueConfigError, QueueSnapshot, QueueTicket, QueuedRef, RejectReason,
