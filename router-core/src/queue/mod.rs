@@ -18,6 +18,8 @@ mod types;
 #[cfg(test)]
 mod admission_tests;
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 pub use types::{
