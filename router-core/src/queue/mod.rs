@@ -3,7 +3,7 @@
 //! Each policy class has one queue ordered earliest-deadline-first (ties in enqueue order,
 //! so a class with one SLO is FIFO). Admission checks the deadline and the class's
 //! per-worker limits; dispatch arbitrates across classes by deficit round robin (see
-//! [`drr`]) and never hands out an entry at or past its deadline: such entries are shed and
+//! `drr.rs`) and never hands out an entry at or past its deadline: such entries are shed and
 //! returned as [`Expired`]. The queues are pure data: time and worker counts come in as
 //! arguments, and whether a head may be dispatched now is the caller's predicate.
 //!
