@@ -9,6 +9,7 @@ pub mod eligibility;
 pub mod ids;
 pub mod ledger;
 pub mod policy;
+pub mod queue;
 pub mod time;
 pub mod worker;
 
@@ -16,5 +17,9 @@ pub use eligibility::Eligibility;
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
 pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
 pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
+pub use queue::{
+    ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
+    QueueConfigError, QueueSnapshot, QueueTicket,
+};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};
