@@ -5,6 +5,7 @@
 //! numbers of its own: time, randomness and ids come in as arguments, and decisions come
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
+pub mod admission;
 pub mod eligibility;
 pub mod ids;
 pub mod ledger;
@@ -13,6 +14,10 @@ pub mod queue;
 pub mod time;
 pub mod worker;
 
+pub use admission::{
+    Admission, AdmissionRequest, DecodeReservation, DecodeRoomView, Outcome, Phase, PoolRole,
+    RejectReason, Scheduler, SchedulerConfig,
+};
 pub use eligibility::Eligibility;
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
 pub use ledger::{BookingLedger, GateClosed, RoomAnswer};

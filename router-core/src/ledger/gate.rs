@@ -5,7 +5,7 @@
 //! LoRA, pin) walk only the ranks they allow.
 
 use super::BookingLedger;
-use super::rank::saturating_i64;
+use super::rank::{RankLoad, saturating_i64};
 use crate::eligibility::Eligibility;
 use crate::ids::{ClassId, RankId};
 use crate::policy::{ClassPolicy, Fraction};
@@ -30,6 +30,13 @@ pub enum RoomAnswer {
     NoRanks,
     /// Eligible ranks exist but none has room.
     Full,
+}
+
+/// The best decode room over eligible ranks, before comparing with a need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum BestRoom {
+    NoRanks,
+    Best { rank: RankId, headroom: i64 },
 }
 
 /// `busy >= ratio × eligible`, in integers.
@@ -129,8 +136,25 @@ impl BookingLedger {
         filter: &Eligibility,
         pending: &[(RankId, u64)],
     ) -> RoomAnswer {
+        match self.best_decode_room(class, filter, pending) {
+            BestRoom::NoRanks => RoomAnswer::NoRanks,
+            BestRoom::Best { rank, headroom } if headroom >= saturating_i64(need) => {
+                RoomAnswer::Room { rank, headroom }
+            }
+            BestRoom::Best { .. } => RoomAnswer::Full,
+        }
+    }
+
+    /// The eligible rank with the most decode room left under the class line (after
+    /// `pending`), whatever the need: callers that check several needs against one answer
+    /// (a gate pass) ask once.
+    pub fn best_decode_room(
+        &self,
+        class: ClassId,
+        filter: &Eligibility,
+        pending: &[(RankId, u64)],
+    ) -> BestRoom {
         let c = class.index();
-        let need_i = saturating_i64(need);
         let pending_on = |rank: RankId| -> i64 {
             pending
                 .iter()
@@ -140,7 +164,7 @@ impl BookingLedger {
         };
         let best = if filter.is_unfiltered() && self.classes[c].has_decode_threshold() {
             if self.eligible_ranks == 0 {
-                return RoomAnswer::NoRanks;
+                return BestRoom::NoRanks;
             }
             let mut pending_slots: Vec<usize> = pending
                 .iter()
@@ -148,9 +172,7 @@ impl BookingLedger {
                 .collect();
             pending_slots.sort_unstable();
             pending_slots.dedup();
-            let untouched = self.room[c]
-                .max_excluding(&pending_slots)
-                .map(|(v, s)| (v, s));
+            let untouched = self.room[c].max_excluding(&pending_slots);
             let touched = pending_slots.iter().filter_map(|&s| {
                 let rank = self.rank(s)?;
                 let value = self.room[c].get(s);
@@ -168,19 +190,13 @@ impl BookingLedger {
                 })
                 .fold(None, pick_best);
             if !any {
-                return RoomAnswer::NoRanks;
+                return BestRoom::NoRanks;
             }
             best
         };
-        match best {
-            Some((headroom, slot)) if headroom >= need_i => match self.rank(slot) {
-                Some(rank) => RoomAnswer::Room {
-                    rank: rank.id,
-                    headroom,
-                },
-                None => RoomAnswer::Full,
-            },
-            _ => RoomAnswer::Full,
+        match best.and_then(|(headroom, slot)| Some((headroom, self.rank(slot)?.id))) {
+            Some((headroom, rank)) => BestRoom::Best { rank, headroom },
+            None => BestRoom::NoRanks,
         }
     }
 
@@ -223,5 +239,37 @@ fn pick_best(best: Option<(i64, usize)>, next: (i64, usize)) -> Option<(i64, usi
     match best {
         Some(b) if b.0 > next.0 || (b.0 == next.0 && b.1 < next.1) => Some(b),
         _ => Some(next),
+    }
+}
+
+impl BookingLedger {
+    /// Ranks a request may use (overloaded workers excluded), with their load.
+    pub fn eligible_ranks<'a>(
+        &'a self,
+        filter: &'a Eligibility,
+    ) -> impl Iterator<Item = RankLoad<'a>> + 'a {
+        self.eligible_slots(filter)
+            .filter_map(|s| self.rank(s))
+            .map(RankLoad::of)
+    }
+
+    /// One rank's load, if the rank is in the pool.
+    pub fn rank_load(&self, rank: RankId) -> Option<RankLoad<'_>> {
+        self.by_rank
+            .get(&rank)
+            .and_then(|s| self.rank(*s))
+            .map(RankLoad::of)
+    }
+
+    /// Whether the filter would allow some rank if no worker were overloaded: tells "all
+    /// eligible workers are overloaded" apart from "no worker can serve this".
+    pub fn any_rank_ignoring_overload(&self, filter: &Eligibility) -> bool {
+        match filter.pinned {
+            Some(rank) => filter.allows_worker(rank.worker) && self.by_rank.contains_key(&rank),
+            None => self
+                .workers
+                .values()
+                .any(|w| filter.allows_worker(w.spec.id) && !w.slots.is_empty()),
+        }
     }
 }

@@ -18,8 +18,8 @@ mod workers;
 #[cfg(test)]
 mod tests;
 
-pub use gate::{GateClosed, RoomAnswer};
-pub use rank::RankSnapshot;
+pub use gate::{BestRoom, GateClosed, RoomAnswer};
+pub use rank::{RankLoad, RankSnapshot};
 pub use reference::ReferenceGate;
 pub use snapshot::{LedgerCounters, LedgerSnapshot};
 
@@ -111,8 +111,27 @@ pub struct BookingLedger {
 }
 
 impl BookingLedger {
+    /// A ledger whose class gates check both fractions on its own ranks (an aggregated or
+    /// a decode pool).
     pub fn new(profile: &PolicyProfile) -> Self {
-        let classes = profile.classes().to_vec();
+        Self::with_classes(profile, profile.classes().to_vec())
+    }
+
+    /// A ledger for a prefill pool: class decode fractions do not apply to its ranks (they
+    /// are checked on the paired decode pool instead).
+    pub fn without_decode_lines(profile: &PolicyProfile) -> Self {
+        let classes = profile
+            .classes()
+            .iter()
+            .map(|c| ClassPolicy {
+                decode_busy_threshold_frac: None,
+                ..c.clone()
+            })
+            .collect();
+        Self::with_classes(profile, classes)
+    }
+
+    fn with_classes(profile: &PolicyProfile, classes: Vec<ClassPolicy>) -> Self {
         let gated = classes
             .iter()
             .filter(|c| c.gated())

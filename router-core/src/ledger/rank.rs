@@ -171,3 +171,64 @@ pub struct RankSnapshot {
     pub over_reject_threshold: bool,
     pub worker_overloaded: bool,
 }
+
+/// Read-only view of one rank's booked load, for placement.
+#[derive(Debug, Clone, Copy)]
+pub struct RankLoad<'a> {
+    state: &'a RankState,
+}
+
+impl<'a> RankLoad<'a> {
+    pub(crate) fn of(state: &'a RankState) -> Self {
+        Self { state }
+    }
+
+    pub fn id(&self) -> RankId {
+        self.state.id
+    }
+
+    pub fn prefill_tokens(&self) -> u64 {
+        self.state.prefill_tokens
+    }
+
+    /// Unique booked blocks.
+    pub fn decode_blocks(&self) -> u64 {
+        self.state.decode_blocks()
+    }
+
+    pub fn reserved_blocks(&self) -> u64 {
+        self.state.reserved_blocks
+    }
+
+    /// Booked plus reserved blocks.
+    pub fn committed_blocks(&self) -> u64 {
+        self.state.committed_blocks()
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.state.block_size
+    }
+
+    pub fn total_kv_blocks(&self) -> Option<u64> {
+        self.state.total_kv_blocks
+    }
+
+    /// Whether the class (by index) may commit `need` more blocks here.
+    pub fn has_room(&self, class: usize, need: u64) -> bool {
+        self.state.lines.get(class).is_some() && self.state.has_room(class, need)
+    }
+
+    /// Blocks of `hashes` not already booked here.
+    pub fn new_blocks(&self, hashes: &[u64]) -> u64 {
+        self.state.new_blocks(hashes)
+    }
+
+    /// Load-only cost of placing a request here: prefill blocks after it joins, plus
+    /// committed decode blocks, plus the blocks it adds.
+    pub fn cost(&self, hashes: &[u64], uncached_tokens: u64) -> f64 {
+        let bs = f64::from(self.state.block_size.max(1));
+        (self.state.prefill_tokens + uncached_tokens) as f64 / bs
+            + self.committed_blocks() as f64
+            + self.new_blocks(hashes) as f64
+    }
+}

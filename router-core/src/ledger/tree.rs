@@ -9,7 +9,7 @@ pub(crate) struct MaxTree<T> {
     floor: T,
 }
 
-impl<T: Copy + PartialOrd> MaxTree<T> {
+impl<T: Copy + Ord> MaxTree<T> {
     /// A tree with room for `len` slots, all at `floor` (the "excluded" value).
     pub(crate) fn new(len: usize, floor: T) -> Self {
         let leaves = len.max(1).next_power_of_two();
@@ -18,10 +18,6 @@ impl<T: Copy + PartialOrd> MaxTree<T> {
             nodes: vec![floor; 2 * leaves],
             floor,
         }
-    }
-
-    pub(crate) fn capacity(&self) -> usize {
-        self.leaves
     }
 
     /// Grows to at least `len` slots, keeping values.
@@ -69,22 +65,6 @@ impl<T: Copy + PartialOrd> MaxTree<T> {
         self.nodes[1]
     }
 
-    /// The leftmost slot holding the largest value, if any slot is above the floor.
-    pub(crate) fn argmax(&self) -> Option<usize> {
-        if !(self.nodes[1] > self.floor) {
-            return None;
-        }
-        let mut p = 1;
-        while p < self.leaves {
-            p = if self.nodes[2 * p] >= self.nodes[2 * p + 1] {
-                2 * p
-            } else {
-                2 * p + 1
-            };
-        }
-        Some(p - self.leaves)
-    }
-
     /// The largest value and its leftmost slot over all slots except the sorted `excluded`
     /// ones. Costs O(|excluded| · log n).
     pub(crate) fn max_excluding(&self, excluded: &[usize]) -> Option<(T, usize)> {
@@ -96,7 +76,7 @@ impl<T: Copy + PartialOrd> MaxTree<T> {
     }
 
     fn best_in(&self, p: usize, lo: usize, hi: usize, excluded: &[usize]) -> Option<(T, usize)> {
-        if !(self.nodes[p] > self.floor) {
+        if self.nodes[p] <= self.floor {
             return None;
         }
         let start = excluded.partition_point(|&e| e < lo);
@@ -131,7 +111,7 @@ impl<T: Copy + PartialOrd> MaxTree<T> {
     }
 }
 
-fn max<T: PartialOrd>(a: T, b: T) -> T {
+fn max<T: Ord>(a: T, b: T) -> T {
     if b > a { b } else { a }
 }
 
@@ -158,7 +138,8 @@ mod tests {
             }
             let best = plain.iter().copied().max();
             prop_assert_eq!(Some(tree.max()), best);
-            let arg = tree.argmax().expect("non-empty");
+            let (value, arg) = tree.max_excluding(&[]).expect("non-empty");
+            prop_assert_eq!(Some(value), best);
             prop_assert_eq!(Some(plain[arg]), best);
             prop_assert!(plain[..arg].iter().all(|v| Some(*v) < best));
             let excluded: Vec<usize> = excluded.into_iter().filter(|e| *e < plain.len()).collect();

@@ -1,0 +1,111 @@
+//! One gate evaluation, borrowed from the scheduler's parts so the drain path can run it
+//! inside the queue's dispatchable predicate: the pool's own class gate, and for a prefill
+//! pool the paired decode pool's room (read through the view, counted against this
+//! scheduler's unapplied reservations, asked once per class per pass).
+
+use super::request::AdmissionRequest;
+use super::room::{DecodeRoomView, InflightReservations, PassCache};
+use super::{PoolRole, Scheduler, SchedulerConfig, SchedulerStats};
+use crate::eligibility::Eligibility;
+use crate::ids::RankId;
+use crate::ledger::{BestRoom, BookingLedger, GateClosed};
+use crate::policy::PolicyProfile;
+use crate::time::Timestamp;
+
+/// What an open gate found: where the decode room is, when a reservation must be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct GatePass {
+    pub decode_rank: Option<RankId>,
+}
+
+pub(super) struct GateCtx<'a> {
+    pub config: &'a SchedulerConfig,
+    pub profile: &'a PolicyProfile,
+    pub ledger: &'a BookingLedger,
+    pub cache: &'a mut PassCache,
+    pub inflight: &'a mut InflightReservations,
+    pub stats: &'a mut SchedulerStats,
+}
+
+impl Scheduler {
+    pub(super) fn gate_ctx(&mut self) -> GateCtx<'_> {
+        GateCtx {
+            config: &self.config,
+            profile: &self.profile,
+            ledger: &self.ledger,
+            cache: &mut self.cache,
+            inflight: &mut self.inflight,
+            stats: &mut self.stats,
+        }
+    }
+}
+
+impl GateCtx<'_> {
+    /// The class gate for one request.
+    pub(super) fn check(
+        &mut self,
+        request: &AdmissionRequest,
+        now: Timestamp,
+        room: Option<&dyn DecodeRoomView>,
+    ) -> Result<GatePass, GateClosed> {
+        let class = request.class;
+        let policy = self.profile.class(class);
+        let none = GatePass { decode_rank: None };
+        match self.config.role {
+            PoolRole::Aggregated | PoolRole::Decode => {
+                let need = if policy.has_decode_threshold() {
+                    request.decode_need()
+                } else {
+                    0
+                };
+                self.ledger
+                    .class_gate(class, need, &request.eligibility)
+                    .map(|()| none)
+            }
+            PoolRole::Prefill => {
+                self.ledger.class_gate(class, 0, &request.eligibility)?;
+                let (true, Some(room)) = (policy.has_decode_threshold(), room) else {
+                    return Ok(none);
+                };
+                let need = i64::try_from(request.decode_need()).unwrap_or(i64::MAX);
+                match self.paired_room(request, now, room) {
+                    // No decode rank at all: let the decode leg report it.
+                    BestRoom::NoRanks => Ok(none),
+                    BestRoom::Best { rank, headroom } if headroom >= need => Ok(GatePass {
+                        decode_rank: Some(rank),
+                    }),
+                    BestRoom::Best { .. } => Err(GateClosed::DecodeFull),
+                }
+            }
+        }
+    }
+
+    /// Decode room on the paired pool, counting this scheduler's reservations the view has
+    /// not applied yet. Requests without a LoRA share one answer per class per pass.
+    fn paired_room(
+        &mut self,
+        request: &AdmissionRequest,
+        now: Timestamp,
+        room: &dyn DecodeRoomView,
+    ) -> BestRoom {
+        // Prefill-side allow-lists and pins name prefill workers; only the adapter narrows
+        // the decode ranks.
+        let filter = Eligibility {
+            lora: request.eligibility.lora.clone(),
+            ..Eligibility::default()
+        };
+        let shared = filter.lora.is_none();
+        if shared && let Some(answer) = self.cache.get(request.class) {
+            return answer;
+        }
+        let pending = self
+            .inflight
+            .unseen(room.applied_reserve_seq(self.config.owner), now);
+        self.stats.room_queries += 1;
+        let answer = room.best_room(request.class, &filter, &pending);
+        if shared {
+            self.cache.put(request.class, answer);
+        }
+        answer
+    }
+}

@@ -1,0 +1,208 @@
+//! The admission scheduler of one pool: class resolution is done by the caller; this
+//! decides, for each request, admit now, queue, or reject, and books what it admits.
+//!
+//! - Aggregated pool: one queue checks both class fractions, and one rank must satisfy both.
+//! - Prefill pool: the only gate of a disaggregated request. It checks the class prefill
+//!   fraction on its own ranks and the class decode fraction on the paired decode pool,
+//!   read through a [`DecodeRoomView`] (no message), and takes a pending-decode
+//!   reservation at admission.
+//! - Decode pool: a staged decode leg is admitted upstream (booked at once, router-wide
+//!   reject thresholds still apply); a bypass-shaped decode request takes the full gate.
+//!
+//! Within a class: earliest deadline first, and a new arrival never overtakes its class's
+//! backlog. Across classes: deficit round robin by quantum (see `crate::queue`).
+
+mod arrive;
+mod drain;
+mod gate;
+mod request;
+mod room;
+mod select;
+
+#[cfg(test)]
+mod tests;
+
+pub use request::{Admission, AdmissionRequest, DecodeReservation, Outcome, Phase, RejectReason};
+pub use room::DecodeRoomView;
+
+use crate::ids::{BookingKey, RequestId, RouterId};
+use crate::ledger::BookingLedger;
+use crate::policy::PolicyProfile;
+use crate::queue::{ClassQueues, QueueClassSpec, QueueSnapshot, QueueTicket};
+use crate::time::Timestamp;
+use room::{InflightReservations, PassCache};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Which pool a scheduler serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolRole {
+    Aggregated,
+    Prefill,
+    Decode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerConfig {
+    pub role: PoolRole,
+    /// The router this scheduler books for (the owner of its bookings).
+    pub owner: RouterId,
+    /// How long a pending-decode reservation lives before it expires on its own.
+    pub reservation_lease: Duration,
+}
+
+impl SchedulerConfig {
+    pub fn new(role: PoolRole, owner: RouterId) -> Self {
+        Self {
+            role,
+            owner,
+            reservation_lease: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters for metrics and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SchedulerStats {
+    pub admitted: u64,
+    pub admitted_upstream: u64,
+    pub queued: u64,
+    pub rejected: u64,
+    pub cancelled: u64,
+    /// Times the paired decode pool was asked for room (at most once per class per pass
+    /// for requests without a LoRA).
+    pub room_queries: u64,
+    pub gate_passes: u64,
+}
+
+/// A serialisable view for `Observe`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedulerSnapshot {
+    pub role: PoolRole,
+    pub queue: QueueSnapshot,
+    pub ledger: crate::ledger::LedgerSnapshot,
+    pub inflight_reservations: usize,
+    pub stats: SchedulerStats,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    profile: PolicyProfile,
+    ledger: BookingLedger,
+    queue: ClassQueues<AdmissionRequest>,
+    queued: FxHashMap<RequestId, QueueTicket>,
+    inflight: InflightReservations,
+    cache: PassCache,
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig, profile: PolicyProfile) -> Self {
+        let ledger = match config.role {
+            PoolRole::Prefill => BookingLedger::without_decode_lines(&profile),
+            PoolRole::Aggregated | PoolRole::Decode => BookingLedger::new(&profile),
+        };
+        let specs = profile
+            .classes()
+            .iter()
+            .map(|c| QueueClassSpec {
+                quantum: c.quantum,
+                slo: c.slo,
+                request_limit_per_worker: c.request_queue_limit_per_worker,
+                token_limit_per_worker: c.token_queue_limit_per_worker,
+            })
+            .collect();
+        let queue = match ClassQueues::new(specs) {
+            Ok(queue) => queue,
+            // A validated profile has quanta > 0 and at most u16::MAX classes.
+            Err(e) => unreachable!("validated profile refused by the queue: {e}"),
+        };
+        Self {
+            config,
+            profile,
+            ledger,
+            queue,
+            queued: FxHashMap::default(),
+            inflight: InflightReservations::default(),
+            cache: PassCache::default(),
+            stats: SchedulerStats::default(),
+        }
+    }
+
+    pub fn role(&self) -> PoolRole {
+        self.config.role
+    }
+
+    pub fn owner(&self) -> RouterId {
+        self.config.owner
+    }
+
+    pub fn profile(&self) -> &PolicyProfile {
+        &self.profile
+    }
+
+    pub fn ledger(&self) -> &BookingLedger {
+        &self.ledger
+    }
+
+    /// For peer deltas, worker changes and reservations coming from the paired prefill
+    /// scheduler. Callers drain afterwards when capacity may have grown.
+    pub fn ledger_mut(&mut self) -> &mut BookingLedger {
+        &mut self.ledger
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+
+    pub fn queued_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_queued(&self, request: RequestId) -> bool {
+        self.queued.contains_key(&request)
+    }
+
+    /// The earliest instant something is due: a queued request's deadline or a
+    /// reservation's lease end. An actor arms one timer for it and calls `expire`.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        match (
+            self.queue.next_deadline(),
+            self.ledger.next_reservation_expiry(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn key(&self, request: RequestId) -> BookingKey {
+        BookingKey::new(self.config.owner, request)
+    }
+
+    /// Drops the prompt tokens of this router's booking at its first token. True when the
+    /// ledger changed (prefill capacity grew: drain).
+    pub fn prefill_done(&mut self, request: RequestId) -> bool {
+        let key = self.key(request);
+        self.ledger.mark_prefill_done(&key)
+    }
+
+    /// Releases this router's booking (or reservation) of a request. True when something
+    /// was released (capacity grew: drain).
+    pub fn release(&mut self, request: RequestId) -> bool {
+        let key = self.key(request);
+        self.ledger.release(&key).is_some()
+    }
+
+    pub fn snapshot(&self) -> SchedulerSnapshot {
+        SchedulerSnapshot {
+            role: self.config.role,
+            queue: self.queue.snapshot(),
+            ledger: self.ledger.snapshot(),
+            inflight_reservations: self.inflight.len(),
+            stats: self.stats.clone(),
+        }
+    }
+}
