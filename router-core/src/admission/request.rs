@@ -36,6 +36,9 @@ pub struct AdmissionRequest {
     pub prompt_tokens: u64,
     /// Prompt tokens already cached on the best eligible rank (queue cost is uncached).
     pub cached_tokens: u64,
+    /// Matched prefix depth in blocks per rank, from the KV prefix index (ranks absent
+    /// from the list match nothing).
+    pub overlap: Vec<(RankId, u32)>,
     /// Decode blocks the request will hold beyond its prompt blocks (output estimate).
     pub output_blocks: u64,
     pub eligibility: Eligibility,
@@ -57,6 +60,7 @@ impl AdmissionRequest {
             block_hashes: Vec::new(),
             prompt_tokens: 0,
             cached_tokens: 0,
+            overlap: Vec::new(),
             output_blocks: 0,
             eligibility: Eligibility::default(),
             preferred: None,
