@@ -51,8 +51,11 @@ impl Scheduler {
             }
         };
         if !may_wait {
-            let cause = closed.unwrap_or(GateClosed::PrefillBusy);
-            return self.reject(&request, RejectReason::WouldQueue { cause });
+            let reason = match closed {
+                Some(cause) => RejectReason::WouldQueue { cause },
+                None => RejectReason::BehindBacklog,
+            };
+            return self.reject(&request, reason);
         }
         let workers = self.ledger.worker_count();
         let (cost, raw) = (request.uncached_tokens().max(1), request.prompt_tokens);

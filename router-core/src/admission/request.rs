@@ -118,6 +118,10 @@ pub enum RejectReason {
     /// A class or request that may not wait found its gate closed.
     #[error("no capacity for a request that may not queue: {cause:?}")]
     WouldQueue { cause: GateClosed },
+    /// A request that may not queue arrived behind its class's backlog (it may not
+    /// overtake it).
+    #[error("class backlog ahead of a request that may not queue")]
+    BehindBacklog,
     #[error("no worker can serve the request")]
     NoWorkers,
     #[error("every eligible worker is over a reject threshold")]
@@ -139,6 +143,7 @@ impl RejectReason {
             Self::QueueFull { .. } => "queue_full",
             Self::DeadlinePassed { .. } => "deadline_passed",
             Self::WouldQueue { .. } => "would_queue",
+            Self::BehindBacklog => "behind_backlog",
             Self::NoWorkers => "no_workers",
             Self::AllWorkersOverloaded => "all_workers_overloaded",
             Self::PinnedOverloaded { .. } => "pinned_overloaded",
