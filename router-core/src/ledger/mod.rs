@@ -30,7 +30,7 @@ use crate::worker::WorkerSpec;
 use rank::RankState;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use tree::MaxTree;
 use workers::WorkerEntry;
 
@@ -93,7 +93,7 @@ pub struct BookingLedger {
     slots: Vec<Option<RankState>>,
     free_slots: Vec<usize>,
     by_rank: FxHashMap<RankId, usize>,
-    workers: BTreeMap<WorkerId, WorkerEntry>,
+    workers: FxHashMap<WorkerId, WorkerEntry>,
     bookings: FxHashMap<BookingKey, Held>,
     reservations: FxHashMap<BookingKey, (Reservation, usize)>,
     expiries: BTreeSet<(Timestamp, BookingKey)>,
@@ -151,7 +151,7 @@ impl BookingLedger {
             slots: Vec::new(),
             free_slots: Vec::new(),
             by_rank: FxHashMap::default(),
-            workers: BTreeMap::new(),
+            workers: FxHashMap::default(),
             bookings: FxHashMap::default(),
             reservations: FxHashMap::default(),
             expiries: BTreeSet::new(),
