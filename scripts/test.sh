@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command (README): formatting, lints, then every test of the workspace.
+# Installs what the tests need when it is missing, so it works on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "scripts/test.sh: cargo is not installed; install a Rust toolchain (rustup) first" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --locked
