@@ -327,6 +327,43 @@ fn a_caller_that_goes_away_while_queued_is_never_booked() {
 }
 
 #[test]
+fn an_admitted_request_whose_caller_is_gone_is_rolled_back() {
+    let mut s = scheduler(PoolRole::Aggregated, &[1]);
+    admitted(&s.arrive(
+        request(1, BATCH, Phase::Aggregated, 3, 10, ms(0)),
+        ms(0),
+        None,
+    ));
+    // The reply could not be delivered: the caller cancels and the booking goes.
+    assert!(s.cancel(RequestId::from_u128(1), ms(1)));
+    assert!(!s.cancel(RequestId::from_u128(1), ms(1)));
+    assert!(s.ledger().snapshot().is_idle());
+}
+
+#[test]
+fn a_peer_first_token_drains_the_queue_but_a_peer_booking_admits_nothing() {
+    let mut s = scheduler(PoolRole::Aggregated, &[1]);
+    let peer = BookingKey::new(RouterId(Uuid::from_u128(99)), RequestId::from_u128(50));
+    let prompt = |tokens| crate::ledger::Booking {
+        rank: RankId::new(1, 0),
+        block_hashes: vec![],
+        prefill_tokens: tokens,
+        extra_blocks: 0,
+    };
+    s.ledger_mut().book(peer, prompt(5000));
+    assert_queued(&s.arrive(
+        request(1, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
+        ms(0),
+        None,
+    ));
+    let other = BookingKey::new(RouterId(Uuid::from_u128(98)), RequestId::from_u128(51));
+    s.ledger_mut().book(other, prompt(10));
+    assert!(s.drain(ms(1), None).is_empty());
+    s.ledger_mut().mark_prefill_done(&peer);
+    assert_eq!(s.drain(ms(2), None).len(), 1);
+}
+
+#[test]
 fn a_duplicate_request_id_is_refused() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
     admitted(&s.arrive(
