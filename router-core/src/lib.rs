@@ -5,10 +5,12 @@
 //! numbers of its own: time, randomness and ids come in as arguments, and decisions come
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
+pub mod hashing;
 pub mod ids;
 pub mod time;
 pub mod worker;
 
+pub use hashing::{LocalBlockHash, SequenceHash};
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};
