@@ -7,10 +7,15 @@
 
 pub mod hashing;
 pub mod ids;
+pub mod index;
 pub mod time;
 pub mod worker;
 
 pub use hashing::{LocalBlockHash, SequenceHash};
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use index::{
+    ApproxConfig, ApproxIndex, EventStatus, ExternalHash, IndexStats, KvEvent, KvEventData,
+    KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, StoredBlock,
+};
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};
