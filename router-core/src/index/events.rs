@@ -31,7 +31,7 @@ pub struct StoredBlock {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum KvEventData {
     /// `blocks` now sit in the cache, each one the child of the one before it; the first is a
     /// child of `parent` (`None`: the blocks start a sequence).

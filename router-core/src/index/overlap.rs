@@ -112,35 +112,43 @@ pub(crate) fn match_prefix<'a, E: 'a>(
     let Some((&first, rest)) = hashes.split_first() else {
         return OverlapScores::default();
     };
-    let mut active: Vec<RankId> = holders(first).iter().filter_map(&live).collect();
-    let mut scores = Vec::with_capacity(active.len());
+    // Every rank holding the first block gets an entry (already in rank order); `active`
+    // indexes the ones still matching, and a rank's depth is final once it drops out.
+    let mut scores: Vec<(RankId, u32)> = holders(first)
+        .iter()
+        .filter_map(&live)
+        .map(|r| (r, 1))
+        .collect();
+    let mut active: Vec<usize> = (0..scores.len()).collect();
     let mut depth = 1u32;
     for &h in rest {
         if active.is_empty() {
             break;
         }
         let next = holders(h);
-        // Merge-intersect `active` with the live ranks of `next`, both sorted by rank; ranks
-        // that drop out score the depth reached so far.
+        // Merge-intersect the active ranks with the live ranks of `next`, both sorted.
         let mut j = 0;
         let mut kept = 0;
         for i in 0..active.len() {
-            let r = active[i];
+            let slot = active[i];
+            let r = scores[slot].0;
             while j < next.len() && live(&next[j]).is_none_or(|nr| nr < r) {
                 j += 1;
             }
             if j < next.len() && live(&next[j]) == Some(r) {
-                active[kept] = r;
+                active[kept] = slot;
                 kept += 1;
             } else {
-                scores.push((r, depth));
+                scores[slot].1 = depth;
             }
         }
         active.truncate(kept);
         depth += 1;
     }
-    scores.extend(active.into_iter().map(|r| (r, depth)));
-    OverlapScores::from_pairs(scores)
+    for slot in active {
+        scores[slot].1 = depth;
+    }
+    OverlapScores { scores }
 }
 
 #[cfg(test)]
