@@ -92,7 +92,7 @@ fn splitmix(mut x: u64) -> u64 {
 }
 
 fn fresh_index(workers: u64) -> KvIndexWriter {
-    let mut ix = KvIndexWriter::new();
+    let mut ix = KvIndexWriter::with_capacity(workers as usize * CAPACITY_BLOCKS);
     for w in 0..workers {
         let spec = WorkerSpec::new(w, 1, CAPACITY_BLOCKS as u64, 8_192);
         if let Err(e) = ix.add_worker(&spec) {

@@ -22,7 +22,7 @@ use super::stats::IndexStats;
 use crate::hashing::SequenceHash;
 use crate::ids::{RankId, WorkerId};
 use crate::worker::{WorkerSpec, WorkerSpecError};
-use papaya::{Guard, Operation, ResizeMode};
+use papaya::{Compute, Guard, Operation, ResizeMode};
 use rustc_hash::FxBuildHasher;
 use std::fmt;
 use std::sync::Arc;
@@ -36,22 +36,28 @@ struct SharedStore<'m, G: Guard> {
 }
 
 impl<G: Guard> HolderStore for SharedStore<'_, G> {
-    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) {
-        self.map.update_or_insert_with(
+    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) -> bool {
+        let outcome = self.map.compute(
             seq,
-            |set| set.with(rank),
-            || RankSet::One(rank),
+            |entry| match entry {
+                None => Operation::Insert(RankSet::One(rank)),
+                Some((_, set)) if set.contains(rank) => Operation::Abort(()),
+                Some((_, set)) => Operation::Insert(set.with(rank)),
+            },
             self.guard,
         );
+        !matches!(outcome, Compute::Aborted(()))
     }
 
     fn remove_holder(&mut self, seq: SequenceHash, rank: RankId) {
         self.map.compute(
             seq,
-            |entry| match entry.map(|(_, set)| set.without(rank)) {
-                None => Operation::Abort(()),
-                Some(None) => Operation::Remove,
-                Some(Some(rest)) => Operation::Insert(rest),
+            |entry| match entry {
+                Some((_, set)) if set.contains(rank) => match set.without(rank) {
+                    None => Operation::Remove,
+                    Some(rest) => Operation::Insert(rest),
+                },
+                _ => Operation::Abort(()),
             },
             self.guard,
         );
@@ -88,12 +94,19 @@ impl Default for KvIndexWriter {
 
 impl KvIndexWriter {
     pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An index with room for `blocks` distinct blocks before its table grows (e.g. the
+    /// fleet's total KV blocks), so a warming-up router does not pay for resizes.
+    pub fn with_capacity(blocks: usize) -> Self {
         Self {
             ledger: Ledger::default(),
             map: Arc::new(
                 papaya::HashMap::builder()
                     .hasher(FxBuildHasher)
                     .resize_mode(ResizeMode::Blocking)
+                    .capacity(blocks)
                     .build(),
             ),
         }

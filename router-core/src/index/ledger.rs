@@ -13,33 +13,38 @@ use crate::hashing::{SequenceHash, chain};
 use crate::ids::{RankId, WorkerId};
 use crate::worker::{WorkerSpec, WorkerSpecError};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::ops::Range;
 
-/// Where holder changes go. Each (rank, block) pair is added at most once before it is
-/// removed: the ledger reference-counts duplicates itself.
+/// Where holder changes go: the set of ranks holding each block.
 pub(crate) trait HolderStore {
-    fn add_holder(&mut self, seq: SequenceHash, rank: RankId);
+    /// Adds `rank` to the holders of `seq`; false when it already was one.
+    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) -> bool;
+    /// Removes `rank` from the holders of `seq` (nothing when it was not one).
     fn remove_holder(&mut self, seq: SequenceHash, rank: RankId);
 }
 
 #[derive(Debug, Default)]
 struct RankState {
-    /// Engine block id → the router's sequence hash of that block.
+    /// Engine block id → the router's sequence hash of that block: one map probe per block
+    /// on the write path. The store itself says whether the rank already held the sequence.
     by_external: FxHashMap<ExternalHash, SequenceHash>,
-    /// Blocks held, with how many engine ids map to each (an engine whose ids carry more
-    /// than the router hashes may hold one sequence under two ids).
-    held: FxHashMap<SequenceHash, u32>,
+    /// Sequences this rank holds under more than one engine id (an engine whose ids carry
+    /// more than the router hashes), with the number of ids beyond the first. Rare; a
+    /// sequence leaves the store only when its last id is removed.
+    extra_ids: FxHashMap<SequenceHash, u32>,
     last_event_id: Option<u64>,
 }
 
 impl RankState {
+    /// Drops every block; returns how many distinct blocks the rank held.
     fn drop_all(&mut self, rank: RankId, store: &mut impl HolderStore) -> u64 {
-        let n = self.held.len() as u64;
-        for (seq, _) in self.held.drain() {
+        let extra: u64 = self.extra_ids.drain().map(|(_, n)| u64::from(n)).sum();
+        let ids = self.by_external.len() as u64;
+        for (_, seq) in self.by_external.drain() {
             store.remove_holder(seq, rank);
         }
-        self.by_external.clear();
-        n
+        ids - extra
     }
 }
 
@@ -179,18 +184,21 @@ fn store_blocks(
     for block in blocks {
         let seq = chain(parent_seq, block.local);
         parent_seq = Some(seq);
-        if state.by_external.contains_key(&block.hash) {
-            // Already known under this id (possibly as another sequence): keep the first
-            // mapping, so a later Removed of this id undoes exactly what was done.
-            status = EventStatus::DuplicateBlock;
-            continue;
+        match state.by_external.entry(block.hash) {
+            Entry::Occupied(_) => {
+                // Already known under this id (possibly as another sequence): keep the first
+                // mapping, so a later Removed of this id undoes exactly what was done.
+                status = EventStatus::DuplicateBlock;
+                continue;
+            }
+            Entry::Vacant(v) => {
+                v.insert(seq);
+            }
         }
-        state.by_external.insert(block.hash, seq);
-        let refs = state.held.entry(seq).or_insert(0);
-        *refs += 1;
-        if *refs == 1 {
-            store.add_holder(seq, rank);
+        if store.add_holder(seq, rank) {
             added += 1;
+        } else {
+            *state.extra_ids.entry(seq).or_insert(0) += 1;
         }
     }
     (status, added)
@@ -210,10 +218,12 @@ fn remove_blocks(
             status = EventStatus::BlockNotFound;
             continue;
         };
-        if let Some(refs) = state.held.get_mut(&seq) {
-            *refs -= 1;
-            if *refs == 0 {
-                state.held.remove(&seq);
+        match state.extra_ids.get_mut(&seq) {
+            Some(1) => {
+                state.extra_ids.remove(&seq);
+            }
+            Some(n) => *n -= 1,
+            None => {
                 store.remove_holder(seq, rank);
                 removed += 1;
             }

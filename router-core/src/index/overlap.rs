@@ -71,6 +71,10 @@ impl RankSet {
         }
     }
 
+    pub(crate) fn contains(&self, rank: RankId) -> bool {
+        self.as_slice().binary_search(&rank).is_ok()
+    }
+
     /// This set plus `rank`.
     pub(crate) fn with(&self, rank: RankId) -> RankSet {
         let s = self.as_slice();

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 struct PlainStore(FxHashMap<SequenceHash, BTreeSet<RankId>>);
 
 impl HolderStore for PlainStore {
-    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) {
-        self.0.entry(seq).or_default().insert(rank);
+    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) -> bool {
+        self.0.entry(seq).or_default().insert(rank)
     }
 
     fn remove_holder(&mut self, seq: SequenceHash, rank: RankId) {

@@ -226,10 +226,17 @@ fn two_engine_ids_for_one_sequence_keep_it_until_both_are_removed<I: EventIndex>
     };
     ix.apply_event(&ev(1, 100));
     ix.apply_event(&ev(2, 200));
+    assert_eq!(ix.snapshot().rank_blocks, 1);
     ix.apply_event(&removed(1, 3, &[100]));
     assert_eq!(ix.find(&query(&[1])).get(rank(1)), 1);
     ix.apply_event(&removed(1, 4, &[200]));
     assert!(ix.find(&query(&[1])).is_empty());
+    // Cleared with two ids for one sequence counts the block once.
+    ix.apply_event(&ev(5, 100));
+    ix.apply_event(&ev(6, 200));
+    ix.apply_event(&cleared(1, 7));
+    let s = ix.snapshot();
+    assert_eq!((s.blocks, s.rank_blocks, s.statuses.ok), (0, 0, 7));
 }
 
 fn shrinking_a_workers_ranks_drops_the_ranks_it_lost<I: EventIndex>() {
