@@ -1,6 +1,6 @@
 //! The writer-side bookkeeping every event-fed index shares: registered workers, and per
 //! (worker, dp rank) the translation from the engine's opaque block ids to the router's own
-//! sequence hashes, the blocks held, and the last event id seen.
+//! sequence hashes and the last event id seen.
 //!
 //! The ledger decides what an event means and turns it into holder changes
 //! ("rank R now holds block S" / "no longer holds S"), which it hands to a [`HolderStore`]: the
