@@ -7,7 +7,9 @@
 
 pub mod admission;
 pub mod eligibility;
+pub mod hashing;
 pub mod ids;
+pub mod index;
 pub mod ledger;
 pub mod policy;
 pub mod queue;
@@ -19,7 +21,12 @@ pub use admission::{
     RejectReason, Scheduler, SchedulerConfig,
 };
 pub use eligibility::Eligibility;
+pub use hashing::{LocalBlockHash, SequenceHash};
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
+pub use index::{
+    ApproxConfig, ApproxIndex, EventStatus, ExternalHash, IndexStats, KvEvent, KvEventData,
+    KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, StoredBlock,
+};
 pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
 pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
 pub use queue::{
