@@ -11,6 +11,7 @@ pub mod ids;
 pub mod ledger;
 pub mod policy;
 pub mod queue;
+pub mod select;
 pub mod time;
 pub mod worker;
 
@@ -25,6 +26,9 @@ pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
 pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
+};
+pub use select::{
+    SelectError, Selected, SelectionConfig, SelectionConfigError, SelectionRequest, Selector,
 };
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};
