@@ -8,6 +8,12 @@
 //! of the ledger's ordered load index, drawn uniformly among equal keys. A drawn rank
 //! without the class's decode room is excluded and the draw repeated; after a few such
 //! misses the caller falls back to the full scan. Cost: O(candidates + log R).
+//!
+//! Exact ties between a candidate and the best of the rest are broken with the rest
+//! weighted by how many ranks share its key (ranks among them without room, not yet
+//! drawn, still count), so the spread is uniform whenever room is not the constraint.
+//! When a request's first block is booked on most ranks (a fleet-wide system prompt),
+//! the candidate set grows to those ranks and this path costs what a scan does.
 
 use super::config::Overlaps;
 use super::{Cheapest, SelectError, Selected, SelectionRequest, Selector, fits, nothing_chosen};

@@ -309,3 +309,69 @@ fn a_positive_temperature_favours_cheaper_ranks_and_replays_by_seed() {
     assert_eq!(picks, draw(5));
     assert_ne!(picks, draw(6));
 }
+
+#[test]
+fn the_scheduler_places_on_the_prefix_holder_and_replays_by_seed() {
+    use crate::admission::{
+        AdmissionRequest, Outcome, Phase, PoolRole, Scheduler, SchedulerConfig,
+    };
+    use crate::time::Timestamp;
+    let run = |seed: u64| -> Vec<RankId> {
+        let mut config = SchedulerConfig::new(PoolRole::Aggregated, OWNER);
+        config.seed = seed;
+        let mut s = Scheduler::new(config, profile());
+        for id in 0..6 {
+            s.ledger_mut()
+                .upsert_worker(WorkerSpec::new(id, 1, 1000, 8192))
+                .expect("valid worker");
+        }
+        (0..12u64)
+            .map(|n| {
+                let mut r = AdmissionRequest::new(
+                    RequestId::from_u128(u128::from(n)),
+                    FREE,
+                    Phase::Aggregated,
+                    Timestamp(n),
+                );
+                r.block_hashes = chain(0, n, 4);
+                r.prompt_tokens = 64;
+                if n % 3 == 0 {
+                    r.overlap = vec![(rank(4), 4)];
+                }
+                match s.arrive(r, Timestamp(n), None) {
+                    Outcome::Admitted(a) => a.rank,
+                    other => panic!("not admitted: {other:?}"),
+                }
+            })
+            .collect()
+    };
+    let picks = run(1);
+    // On an idle pool the cached prefix makes rank 4 cost 4 − 4 + 0 + 4 = 4 against 8.
+    assert_eq!(picks[0], rank(4));
+    // Load spreads the rest: no rank takes everything.
+    assert!(
+        picks
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            >= 4
+    );
+    assert_eq!(picks, run(1));
+}
+
+#[test]
+fn the_scheduler_refuses_or_repairs_invalid_selection_settings() {
+    use crate::admission::{PoolRole, Scheduler, SchedulerConfig};
+    let mut config = SchedulerConfig::new(PoolRole::Aggregated, OWNER);
+    config.selection.overlap_credit = f64::NAN;
+    let err = Scheduler::try_new(config.clone(), profile()).expect_err("NaN refused");
+    assert!(matches!(
+        err,
+        SelectionConfigError::NotFinite {
+            field: "overlap_credit",
+            ..
+        }
+    ));
+    let repaired = Scheduler::new(config, profile());
+    assert_eq!(repaired.ledger().prefill_load_scale(), 1.0);
+}
