@@ -13,6 +13,7 @@ pub mod index;
 pub mod ledger;
 pub mod policy;
 pub mod queue;
+pub mod select;
 pub mod time;
 pub mod worker;
 
@@ -32,6 +33,9 @@ pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
 pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
+};
+pub use select::{
+    SelectError, Selected, SelectionConfig, SelectionConfigError, SelectionRequest, Selector,
 };
 pub use time::Timestamp;
 pub use worker::{WorkerSpec, WorkerSpecError};

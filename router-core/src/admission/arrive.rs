@@ -124,7 +124,7 @@ impl Scheduler {
             }
         };
         let rank = match self.select(&request, need_room) {
-            Ok(rank) => rank,
+            Ok(selected) => selected.rank,
             Err(reason) => return self.reject(&request, reason),
         };
         if let Err(reason) = self.book(&request, rank) {
@@ -165,7 +165,7 @@ impl Scheduler {
             request.preferred = self.ledger.reservation(&key).map(|r| r.rank);
         }
         let rank = match self.select(&request, None) {
-            Ok(rank) => rank,
+            Ok(selected) => selected.rank,
             Err(reason) => return self.reject(&request, reason),
         };
         if let Err(reason) = self.book(&request, rank) {

@@ -29,7 +29,10 @@ use crate::ids::{BookingKey, RequestId, RouterId};
 use crate::ledger::BookingLedger;
 use crate::policy::PolicyProfile;
 use crate::queue::{ClassQueues, QueueClassSpec, QueueSnapshot, QueueTicket};
+use crate::select::{SelectionConfig, SelectionConfigError, Selector};
 use crate::time::Timestamp;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
 use room::{InflightReservations, PassCache};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -51,14 +54,24 @@ pub struct SchedulerConfig {
     pub owner: RouterId,
     /// How long a pending-decode reservation lives before it expires on its own.
     pub reservation_lease: Duration,
+    /// How placement weighs load against prefix reuse.
+    #[serde(default)]
+    pub selection: SelectionConfig,
+    /// Seed of the scheduler's own RNG (selection tie-breaks and softmax draws), so a run
+    /// replays exactly.
+    #[serde(default)]
+    pub seed: u64,
 }
 
 impl SchedulerConfig {
+    /// Default selection settings and seed 0.
     pub fn new(role: PoolRole, owner: RouterId) -> Self {
         Self {
             role,
             owner,
             reservation_lease: Duration::from_secs(30),
+            selection: SelectionConfig::default(),
+            seed: 0,
         }
     }
 }
@@ -97,14 +110,36 @@ pub struct Scheduler {
     inflight: InflightReservations,
     cache: PassCache,
     stats: SchedulerStats,
+    selector: Selector,
+    rng: SmallRng,
 }
 
 impl Scheduler {
+    /// A scheduler for a validated profile. An invalid `config.selection` (a field that is
+    /// negative or not finite) falls back to the default for that field; call
+    /// [`Scheduler::try_new`] (or `SelectionConfig::validate` when loading config) to get
+    /// the error instead.
     pub fn new(config: SchedulerConfig, profile: PolicyProfile) -> Self {
-        let ledger = match config.role {
+        let mut config = config;
+        config.selection = sanitized(config.selection);
+        match Self::try_new(config, profile) {
+            Ok(scheduler) => scheduler,
+            Err(e) => unreachable!("sanitized selection settings refused: {e}"),
+        }
+    }
+
+    /// A scheduler, or why its selection settings cannot be used.
+    pub fn try_new(
+        config: SchedulerConfig,
+        profile: PolicyProfile,
+    ) -> Result<Self, SelectionConfigError> {
+        let selector = Selector::new(config.selection)?;
+        let mut ledger = match config.role {
             PoolRole::Prefill => BookingLedger::without_decode_lines(&profile),
             PoolRole::Aggregated | PoolRole::Decode => BookingLedger::new(&profile),
         };
+        ledger.set_prefill_load_scale(config.selection.prefill_load_scale);
+        let rng = SmallRng::seed_from_u64(config.seed);
         let specs = profile
             .classes()
             .iter()
@@ -120,7 +155,7 @@ impl Scheduler {
             // A validated profile has quanta > 0 and at most u16::MAX classes.
             Err(e) => unreachable!("validated profile refused by the queue: {e}"),
         };
-        Self {
+        Ok(Self {
             config,
             profile,
             ledger,
@@ -129,7 +164,9 @@ impl Scheduler {
             inflight: InflightReservations::default(),
             cache: PassCache::default(),
             stats: SchedulerStats::default(),
-        }
+            selector,
+            rng,
+        })
     }
 
     pub fn role(&self) -> PoolRole {
@@ -204,5 +241,16 @@ impl Scheduler {
             inflight_reservations: self.inflight.len(),
             stats: self.stats.clone(),
         }
+    }
+}
+
+/// Each field that is negative or not finite replaced by its default.
+fn sanitized(selection: SelectionConfig) -> SelectionConfig {
+    let default = SelectionConfig::default();
+    let keep = |v: f64, d: f64| if v.is_finite() && v >= 0.0 { v } else { d };
+    SelectionConfig {
+        prefill_load_scale: keep(selection.prefill_load_scale, default.prefill_load_scale),
+        overlap_credit: keep(selection.overlap_credit, default.overlap_credit),
+        temperature: keep(selection.temperature, default.temperature),
     }
 }

@@ -1,75 +1,45 @@
-//! Choosing the rank for an admitted request: a pin is validated and taken, a preferred
-//! rank (soft affinity, or the rank a decode reservation holds) is taken when eligible,
-//! otherwise the eligible rank of least load wins. Classes with a decode fraction only
-//! place on ranks with room for them, so booked decode blocks never pass the class line.
+//! Choosing the rank for an admitted request through the scheduler's [`Selector`]: a pin
+//! is validated and taken, a preferred rank (soft affinity, or the rank a decode
+//! reservation holds) is taken when eligible, otherwise the cheapest eligible rank by
+//! prefix reuse against load (see `crate::select`). Classes with a decode fraction on this
+//! pool only place on ranks with room for them, so booked decode blocks never pass the
+//! class line.
+//!
+//! [`Selector`]: crate::select::Selector
 
 use super::Scheduler;
 use super::request::{AdmissionRequest, RejectReason};
-use crate::ids::RankId;
-use crate::ledger::BookingLedger;
+use crate::select::{SelectError, Selected, SelectionRequest};
 
 impl Scheduler {
     pub(super) fn select(
-        &self,
+        &mut self,
         request: &AdmissionRequest,
         need_room: Option<u64>,
-    ) -> Result<RankId, RejectReason> {
-        select_rank(&self.ledger, request, need_room)
+    ) -> Result<Selected, RejectReason> {
+        let wanted = SelectionRequest {
+            class: request.class,
+            block_hashes: &request.block_hashes,
+            prompt_tokens: request.prompt_tokens,
+            overlap: &request.overlap,
+            eligibility: &request.eligibility,
+            preferred: request.preferred,
+            need_room,
+        };
+        self.selector
+            .select(&self.ledger, &wanted, &mut self.rng)
+            .map_err(reject_reason)
     }
 }
 
-/// Load-only placement (prefill blocks + committed decode blocks + this request's new
-/// blocks), lowest `RankId` on ties.
-pub(crate) fn select_rank(
-    ledger: &BookingLedger,
-    request: &AdmissionRequest,
-    need_room: Option<u64>,
-) -> Result<RankId, RejectReason> {
-    let filter = &request.eligibility;
-    let class = request.class.index();
-    if let Some(pin) = filter.pinned {
-        if !filter.allows_worker(pin.worker) || ledger.rank_load(pin).is_none() {
-            return Err(RejectReason::PinnedUnavailable { rank: pin });
-        }
-        if ledger.worker_is_overloaded(pin.worker) {
-            return Err(RejectReason::PinnedOverloaded { rank: pin });
-        }
-        return Ok(pin);
-    }
-    let fits =
-        |rank: &crate::ledger::RankLoad<'_>| need_room.is_none_or(|n| rank.has_room(class, n));
-    if let Some(preferred) = request.preferred
-        && filter.allows_worker(preferred.worker)
-        && !ledger.worker_is_overloaded(preferred.worker)
-        && filter.lora.as_deref().is_none_or(|l| {
-            ledger
-                .worker(preferred.worker)
-                .is_some_and(|w| w.serves_lora(l))
-        })
-        && let Some(rank) = ledger.rank_load(preferred)
-        && fits(&rank)
-    {
-        return Ok(preferred);
-    }
-    let mut best: Option<(f64, RankId)> = None;
-    let mut any = false;
-    for rank in ledger.eligible_ranks(filter) {
-        any = true;
-        let load = rank;
-        if !fits(&load) {
-            continue;
-        }
-        let cost = load.cost(&request.block_hashes, request.uncached_tokens());
-        if best.is_none_or(|(c, id)| cost < c || (cost == c && load.id() < id)) {
-            best = Some((cost, load.id()));
-        }
-    }
-    match best {
-        Some((_, rank)) => Ok(rank),
-        None if any => Err(RejectReason::NoWorkers),
-        None if ledger.any_rank_ignoring_overload(filter) => {
-            Err(RejectReason::AllWorkersOverloaded)
-        }
-        None => Err(RejectReason::NoWorkers),
+/// Selection errors as admission rejections. "No rank has room" only happens when the
+/// gate let a request through that selection then could not place (a rank filter the
+/// gate does not apply); it is reported as `NoWorkers`.
+fn reject_reason(error: SelectError) -> RejectReason {
+    match error {
+        SelectError::NoWorkers | SelectError::NoRoom => RejectReason::NoWorkers,
+        SelectError::AllWorkersOverloaded => RejectReason::AllWorkersOverloaded,
+        SelectError::PinnedUnavailable { rank } => RejectReason::PinnedUnavailable { rank },
+        SelectError::PinnedOverloaded { rank } => RejectReason::PinnedOverloaded { rank },
     }
 }

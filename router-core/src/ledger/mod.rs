@@ -9,6 +9,7 @@
 //! is what `RoomChanged` carries.
 
 mod gate;
+mod load_index;
 mod rank;
 mod reference;
 mod snapshot;
@@ -27,6 +28,7 @@ use crate::ids::{BookingKey, RankId, RouterId, WorkerId};
 use crate::policy::{ClassPolicy, PolicyProfile, RejectThresholds};
 use crate::time::Timestamp;
 use crate::worker::WorkerSpec;
+use load_index::LoadIndex;
 use rank::RankState;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -108,6 +110,8 @@ pub struct BookingLedger {
     room_epoch: u64,
     epoch: u64,
     counters: LedgerCounters,
+    /// Placement indexes: ordered load of eligible ranks, holders of first blocks.
+    load: LoadIndex,
 }
 
 impl BookingLedger {
@@ -164,6 +168,7 @@ impl BookingLedger {
             room_epoch: 0,
             epoch: 0,
             counters: LedgerCounters::default(),
+            load: LoadIndex::new(1.0),
         }
     }
 
@@ -219,6 +224,7 @@ impl BookingLedger {
         rank.prefill_tokens += booking.prefill_tokens;
         rank.private_blocks += booking.extra_blocks;
         rank.requests += 1;
+        self.load.hold_first(&booking.block_hashes, slot);
         self.bookings.insert(key, Held { booking, slot });
         self.refresh(slot);
         self.epoch += 1;
@@ -256,6 +262,7 @@ impl BookingLedger {
             rank.prefill_tokens -= held.booking.prefill_tokens;
             rank.private_blocks -= held.booking.extra_blocks;
             rank.requests -= 1;
+            self.load.drop_first(&held.booking.block_hashes, slot);
             self.refresh(slot);
             self.epoch += 1;
             self.room_epoch += 1;
@@ -409,12 +416,14 @@ impl BookingLedger {
             busy_counts,
             eligible_ranks,
             counted,
+            load,
             ..
         } = self;
         let Some(rank) = slots[slot].as_mut() else {
             for tree in open.iter_mut().chain(room.iter_mut()) {
                 tree.set(slot, i64::MIN);
             }
+            load.update(slot, None);
             return;
         };
         let eligible = !workers
@@ -442,6 +451,7 @@ impl BookingLedger {
             *eligible_ranks += 1;
         }
         counted[slot] = eligible;
+        load.update(slot, eligible.then_some(&*rank));
     }
 
     /// Takes a rank out of the eligible and busy counts (before recounting or removal).
