@@ -13,6 +13,7 @@ pub mod index;
 pub mod ledger;
 pub mod policy;
 pub mod queue;
+pub mod router;
 pub mod select;
 pub mod time;
 pub mod worker;
@@ -34,6 +35,7 @@ pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
 };
+pub use router::{PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RouteError, RouteRequest};
 pub use select::{
     SelectError, Selected, SelectionConfig, SelectionConfigError, SelectionRequest, Selector,
 };

@@ -1,0 +1,260 @@
+//! The pool router: the one call the actor layer drives per request. It hashes the prompt
+//! (or takes precomputed hashes), looks its prefix up in the KV index (event-fed, or the
+//! approximate index learned from this router's own placements), resolves the policy class,
+//! builds the admission request and hands it to the scheduler; and it forwards worker
+//! changes, KV events, first tokens and releases.
+
+mod request;
+
+#[cfg(test)]
+mod tests;
+
+pub use request::{Prompt, RouteError, RouteRequest};
+
+use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, SchedulerConfig};
+use crate::hashing::{SequenceHash, token_sequence_hashes};
+use crate::ids::{RequestId, WorkerId};
+use crate::index::{
+    ApproxConfig, ApproxIndex, EventStatus, KvEvent, KvIndexReader, KvIndexWriter, OverlapScores,
+};
+use crate::ledger::BookingLedger;
+use crate::policy::PolicyProfile;
+use crate::time::Timestamp;
+use crate::worker::{WorkerSpec, WorkerSpecError};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+/// Where prefix overlap comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefixMode {
+    /// Workers publish KV events.
+    Events,
+    /// Engines publish nothing: learn from this router's own placements.
+    Approximate(ApproxConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRouterConfig {
+    pub scheduler: SchedulerConfig,
+    /// Tokens per KV block; every worker of the pool must announce the same.
+    pub block_size: u32,
+    pub prefix: PrefixMode,
+}
+
+#[derive(Debug)]
+enum Prefix {
+    Events(KvIndexWriter),
+    Approximate {
+        index: ApproxIndex,
+        queued: FxHashMap<RequestId, Vec<SequenceHash>>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Spec(#[from] WorkerSpecError),
+    #[error("{worker}: block_size {announced} differs from the pool's {pool}")]
+    BlockSize {
+        worker: WorkerId,
+        announced: u32,
+        pool: u32,
+    },
+}
+
+/// One pool's router: prefix index + scheduler.
+#[derive(Debug)]
+pub struct PoolRouter {
+    scheduler: Scheduler,
+    prefix: Prefix,
+    block_size: u32,
+}
+
+impl PoolRouter {
+    pub fn new(config: PoolRouterConfig, profile: PolicyProfile) -> Self {
+        let prefix = match config.prefix {
+            PrefixMode::Events => Prefix::Events(KvIndexWriter::new()),
+            PrefixMode::Approximate(cfg) => Prefix::Approximate {
+                index: ApproxIndex::new(cfg),
+                queued: FxHashMap::default(),
+            },
+        };
+        Self {
+            scheduler: Scheduler::new(config.scheduler, profile),
+            prefix,
+            block_size: config.block_size.max(1),
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
+    }
+
+    pub fn ledger(&self) -> &BookingLedger {
+        self.scheduler.ledger()
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// A lock-free read handle on the event-fed index (none in approximate mode).
+    pub fn index_reader(&self) -> Option<KvIndexReader> {
+        match &self.prefix {
+            Prefix::Events(w) => Some(w.reader()),
+            Prefix::Approximate { .. } => None,
+        }
+    }
+
+    /// Hashes, looks up, resolves the class and offers the request to the scheduler.
+    pub fn route(
+        &mut self,
+        request: RouteRequest,
+        now: Timestamp,
+        room: Option<&dyn DecodeRoomView>,
+    ) -> Result<Outcome, RouteError> {
+        let class = self.scheduler.profile().resolve(request.class.as_deref())?;
+        let namespace = request.namespace();
+        let (hashes, prompt_tokens) = match request.prompt {
+            Prompt::Tokens(tokens) => (
+                token_sequence_hashes(&tokens, self.block_size as usize, namespace.as_deref()),
+                tokens.len() as u64,
+            ),
+            Prompt::Hashes {
+                block_hashes,
+                prompt_tokens,
+            } => (
+                block_hashes.into_iter().map(SequenceHash).collect(),
+                prompt_tokens,
+            ),
+        };
+        let overlap = self.overlap(&hashes, now);
+        let best = overlap.best().map_or(0, |(_, depth)| u64::from(depth));
+        let mut admission =
+            AdmissionRequest::new(request.id, class, request.phase, request.arrival);
+        admission.block_hashes = hashes.iter().map(|h| h.0).collect();
+        admission.prompt_tokens = prompt_tokens;
+        admission.cached_tokens = (best * u64::from(self.block_size)).min(prompt_tokens);
+        admission.overlap = overlap.iter().collect();
+        admission.output_blocks = request
+            .expected_output_tokens
+            .div_ceil(u64::from(self.block_size));
+        admission.eligibility = request.eligibility;
+        admission.eligibility.lora = request.lora.or(admission.eligibility.lora);
+        admission.preferred = request.preferred;
+        admission.do_not_queue = request.do_not_queue;
+        let outcome = self.scheduler.arrive(admission, now, room);
+        self.learn(&outcome, hashes, now);
+        Ok(outcome)
+    }
+
+    /// Admits queued requests whose gates opened (after a release, a first token, a peer's
+    /// release, `RoomChanged`, a worker change).
+    pub fn drain(&mut self, now: Timestamp, room: Option<&dyn DecodeRoomView>) -> Vec<Outcome> {
+        let outcomes = self.scheduler.drain(now, room);
+        for outcome in &outcomes {
+            self.learn(outcome, Vec::new(), now);
+        }
+        outcomes
+    }
+
+    /// Sheds due requests and reservations (the actor's timer).
+    pub fn expire(&mut self, now: Timestamp) -> Vec<Outcome> {
+        let outcomes = self.scheduler.expire(now);
+        for outcome in &outcomes {
+            self.learn(outcome, Vec::new(), now);
+        }
+        if let Prefix::Approximate { index, .. } = &mut self.prefix {
+            index.expire(now);
+        }
+        outcomes
+    }
+
+    pub fn prefill_done(&mut self, request: RequestId) -> bool {
+        self.scheduler.prefill_done(request)
+    }
+
+    pub fn release(&mut self, request: RequestId) -> bool {
+        self.scheduler.release(request)
+    }
+
+    pub fn cancel(&mut self, request: RequestId, now: Timestamp) -> bool {
+        if let Prefix::Approximate { queued, .. } = &mut self.prefix {
+            queued.remove(&request);
+        }
+        self.scheduler.cancel(request, now)
+    }
+
+    /// Adds or updates a worker in the ledger and the index.
+    pub fn upsert_worker(&mut self, spec: WorkerSpec) -> Result<(), WorkerError> {
+        spec.validate()?;
+        if spec.block_size != self.block_size {
+            return Err(WorkerError::BlockSize {
+                worker: spec.id,
+                announced: spec.block_size,
+                pool: self.block_size,
+            });
+        }
+        if let Prefix::Events(writer) = &mut self.prefix {
+            writer.add_worker(&spec)?;
+        }
+        self.scheduler.ledger_mut().upsert_worker(spec)?;
+        Ok(())
+    }
+
+    /// Removes a worker: its index entries and what was booked on it go.
+    pub fn remove_worker(&mut self, worker: WorkerId) {
+        match &mut self.prefix {
+            Prefix::Events(writer) => {
+                writer.remove_worker(worker);
+            }
+            Prefix::Approximate { index, .. } => {
+                if let Some(spec) = self.scheduler.ledger().worker(worker) {
+                    for rank in spec.ranks() {
+                        index.remove_rank(rank);
+                    }
+                }
+            }
+        }
+        self.scheduler.ledger_mut().remove_worker(worker);
+    }
+
+    /// Applies a worker's KV event (ignored, and counted as such, in approximate mode).
+    pub fn apply_kv_event(&mut self, event: &KvEvent) -> EventStatus {
+        match &mut self.prefix {
+            Prefix::Events(writer) => writer.apply(event),
+            Prefix::Approximate { .. } => EventStatus::UnknownWorker,
+        }
+    }
+
+    fn overlap(&self, hashes: &[SequenceHash], now: Timestamp) -> OverlapScores {
+        match &self.prefix {
+            Prefix::Events(writer) => writer.find_matches(hashes),
+            Prefix::Approximate { index, .. } => index.find_matches(hashes, now),
+        }
+    }
+
+    /// Approximate mode learns where admitted requests went (a queued one's hashes wait).
+    fn learn(&mut self, outcome: &Outcome, hashes: Vec<SequenceHash>, now: Timestamp) {
+        let Prefix::Approximate { index, queued } = &mut self.prefix else {
+            return;
+        };
+        match outcome {
+            Outcome::Queued { request, .. } => {
+                queued.insert(*request, hashes);
+            }
+            Outcome::Admitted(a) => {
+                let hashes = queued.remove(&a.request).unwrap_or(hashes);
+                index.record_placement(a.rank, &hashes, now);
+            }
+            Outcome::Rejected { request, .. } => {
+                queued.remove(request);
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The pool router end to end: tokens in, a placement that follows the cached prefix out.
+
+use super::*;
+use crate::admission::{Phase, PoolRole, RejectReason};
+use crate::hashing::local_block_hashes;
+use crate::ids::{RankId, RouterId};
+use crate::index::{ExternalHash, KvEventData, StoredBlock};
+use std::time::Duration;
+use uuid::Uuid;
+
+const BS: u32 = 16;
+
+fn router(prefix: PrefixMode) -> PoolRouter {
+    let profile = PolicyProfile::from_toml_str(
+        "default_class = \"chat\"\n[[classes]]\nname = \"chat\"\nslo_ms = 1000\nquantum = 64\nprefill_busy_threshold = 100000\n",
+    )
+    .expect("valid profile");
+    let config = PoolRouterConfig {
+        scheduler: SchedulerConfig::new(PoolRole::Aggregated, RouterId(Uuid::from_u128(1))),
+        block_size: BS,
+        prefix,
+    };
+    let mut r = PoolRouter::new(config, profile);
+    for w in 1..=4 {
+        let mut spec = WorkerSpec::new(w, 1, 10_000, 8192);
+        spec.block_size = BS;
+        r.upsert_worker(spec).expect("valid worker");
+    }
+    r
+}
+
+fn tokens(seed: u32, n: u32) -> Vec<u32> {
+    (0..n)
+        .map(|i| seed.wrapping_mul(7919).wrapping_add(i))
+        .collect()
+}
+
+fn stored(worker: u64, tokens: &[u32], namespace: Option<&str>) -> KvEvent {
+    let locals = local_block_hashes(tokens, BS as usize, namespace);
+    let blocks = locals
+        .iter()
+        .enumerate()
+        .map(|(i, local)| StoredBlock {
+            hash: ExternalHash(worker * 1_000_000 + i as u64),
+            local: *local,
+        })
+        .collect();
+    KvEvent {
+        worker: WorkerId(worker),
+        dp_rank: 0,
+        event_id: 1,
+        data: KvEventData::Stored {
+            parent: None,
+            blocks,
+        },
+    }
+}
+
+fn route(r: &mut PoolRouter, id: u128, prompt: Vec<u32>, lora: Option<&str>) -> Outcome {
+    let mut req = RouteRequest::new(
+        RequestId::from_u128(id),
+        Phase::Aggregated,
+        Prompt::Tokens(prompt),
+        Timestamp(0),
+    );
+    req.lora = lora.map(str::to_owned);
+    r.route(req, Timestamp(0), None).expect("known class")
+}
+
+#[test]
+fn a_request_follows_its_cached_prefix() {
+    let mut r = router(PrefixMode::Events);
+    let prompt = tokens(1, 256);
+    assert_eq!(r.apply_kv_event(&stored(3, &prompt, None)), EventStatus::Ok);
+    let out = route(&mut r, 1, prompt, None);
+    assert_eq!(out.admitted().map(|a| a.rank), Some(RankId::new(3, 0)));
+    let load = r.ledger().rank_snapshot(RankId::new(3, 0)).expect("rank");
+    assert_eq!(load.decode_blocks, 16, "256 tokens are 16 blocks of 16");
+}
+
+#[test]
+fn an_adapter_does_not_reuse_the_base_model_prefix() {
+    let mut r = router(PrefixMode::Events);
+    let prompt = tokens(1, 256);
+    r.apply_kv_event(&stored(3, &prompt, None));
+    // Same tokens under a LoRA: different hashes, so worker 3 has no advantage.
+    let out = route(&mut r, 1, prompt, Some("sql"));
+    assert_ne!(out.admitted().map(|a| a.rank), Some(RankId::new(3, 0)));
+}
+
+#[test]
+fn an_unknown_class_is_an_error_not_a_fallback() {
+    let mut r = router(PrefixMode::Events);
+    let mut req = RouteRequest::new(
+        RequestId::from_u128(1),
+        Phase::Aggregated,
+        Prompt::Tokens(tokens(1, 32)),
+        Timestamp(0),
+    );
+    req.class = Some("gold".into());
+    let err = r.route(req, Timestamp(0), None).expect_err("unknown class");
+    assert!(err.to_string().contains("gold"), "{err}");
+    assert_eq!(r.ledger().booking_count(), 0);
+}
+
+#[test]
+fn approximate_mode_learns_from_its_own_placements() {
+    let mut r = router(PrefixMode::Approximate(ApproxConfig {
+        ttl: Duration::from_secs(60),
+        capacity_blocks: 1000,
+    }));
+    let prompt = tokens(9, 512);
+    let first = route(&mut r, 1, prompt.clone(), None)
+        .admitted()
+        .map(|a| a.rank)
+        .expect("admitted");
+    r.release(RequestId::from_u128(1));
+    let second = route(&mut r, 2, prompt, None)
+        .admitted()
+        .map(|a| a.rank)
+        .expect("admitted");
+    assert_eq!(first, second, "the learned prefix attracts the repeat");
+}
+
+#[test]
+fn a_worker_with_another_block_size_is_refused() {
+    let mut r = router(PrefixMode::Events);
+    let mut spec = WorkerSpec::new(9, 1, 100, 100);
+    spec.block_size = 32;
+    assert_eq!(
+        r.upsert_worker(spec),
+        Err(WorkerError::BlockSize {
+            worker: WorkerId(9),
+            announced: 32,
+            pool: BS
+        })
+    );
+}
+
+#[test]
+fn removing_a_worker_drops_its_prefix_and_bookings() {
+    let mut r = router(PrefixMode::Events);
+    let prompt = tokens(1, 256);
+    r.apply_kv_event(&stored(3, &prompt, None));
+    route(&mut r, 1, prompt.clone(), None);
+    r.remove_worker(WorkerId(3));
+    assert_eq!(r.ledger().booking_count(), 0);
+    let out = route(&mut r, 2, prompt, None);
+    assert!(out.admitted().is_some_and(|a| a.rank != RankId::new(3, 0)));
+    assert!(!matches!(out.rejection(), Some(RejectReason::NoWorkers)));
+}
