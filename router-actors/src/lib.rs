@@ -1,3 +1,9 @@
-//! Switchyard's actor layer: one ractor actor per file around the pure `router-core`
-//! scheduler, and the bus (NATS or in-process) at one edge. Not built yet: see the open
-//! issue "Actors and the bus".
+//! Switchyard's actor layer: supervised ractor actors around the pure `router-core`
+//! scheduler, and the bus (NATS or in-process) at one edge.
+//!
+//! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
+//! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
+//!   only place that sees raw bus payloads.
+
+pub mod bus;
+pub mod wire;

@@ -1,0 +1,96 @@
+//! Message bodies, one type per subject. They reuse router-core's serialisable types
+//! (bookings, reservations, worker specs, KV events) so conversion stays trivial.
+
+use router_core::ledger::{Booking, Reservation};
+use router_core::{ClassId, KvEvent, PoolRole, RequestId, WorkerId, WorkerSpec};
+use serde::{Deserialize, Serialize};
+
+/// A worker's announcement, repeated as its heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerAnnounce {
+    pub spec: WorkerSpec,
+    pub pool: PoolRole,
+    /// Its OpenAI-compatible base URL.
+    pub endpoint: String,
+    pub heartbeat_ms: u64,
+    /// Routers drop the worker when no announcement arrives for this long.
+    pub lease_ms: u64,
+}
+
+/// Engine-reported load (never mixed with router bookings).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerLoad {
+    pub worker: WorkerId,
+    pub dp_rank: u32,
+    pub kv_used_blocks: u64,
+    pub waiting: u64,
+}
+
+/// One change to a router's own bookings, keyed by its request (the owner is the sender).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BookingDelta {
+    Book {
+        request: RequestId,
+        booking: Booking,
+    },
+    PrefillDone {
+        request: RequestId,
+    },
+    Release {
+        request: RequestId,
+    },
+    Reserve {
+        request: RequestId,
+        reservation: Reservation,
+    },
+    Unreserve {
+        request: RequestId,
+    },
+}
+
+/// Count and order-independent checksum of a router's live bookings and reservations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digest {
+    pub bookings: u64,
+    pub reservations: u64,
+    pub checksum: u64,
+}
+
+/// What flows on `router.<pool>.bookings`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BookingMsg {
+    Delta(BookingDelta),
+    /// "I am alive; this is what I hold". Peers expire a sender silent for `lease_ms`.
+    Heartbeat {
+        digest: Digest,
+        lease_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    /// Only this router's bookings, or every router's when `None`.
+    pub owner: Option<uuid::Uuid>,
+}
+
+/// A router's full live state; `last_seq` is the booking-subject sequence it reflects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    pub owner: uuid::Uuid,
+    pub last_seq: u64,
+    pub bookings: Vec<(RequestId, Booking)>,
+    pub reservations: Vec<(RequestId, Reservation)>,
+}
+
+/// Decode room may have grown. A hint: receivers recheck against the room they can see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomChanged {
+    pub epoch: u64,
+    /// Classes whose room may have grown (empty: all).
+    pub classes: Vec<ClassId>,
+}
+
+/// A batch of KV events from one worker.
+pub type KvEventBatch = Vec<KvEvent>;

@@ -1,0 +1,156 @@
+//! The NATS edge: subjects, versioned msgpack envelopes and their conversion to typed
+//! messages. Nothing outside this module sees raw payloads. Every decode failure is counted
+//! by kind (malformed, unknown version, foreign cluster) and the message dropped; nothing here
+//! panics on input.
+
+mod messages;
+mod seq;
+mod subjects;
+
+pub use messages::{
+    BookingDelta, BookingMsg, Digest, KvEventBatch, RoomChanged, SnapshotReply, SnapshotRequest,
+    WorkerAnnounce, WorkerLoad,
+};
+pub use seq::{SeqEvent, SeqTracker};
+pub use subjects::{Subjects, pool_token};
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use uuid::Uuid;
+
+/// Version of every envelope this build writes and the only one it reads.
+pub const WIRE_VERSION: u16 = 1;
+
+/// What travels on every subject: who sent it, their per-subject sequence, when, and the body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    pub v: u16,
+    pub cluster: String,
+    pub sender: Uuid,
+    pub seq: u64,
+    /// Sender's wall clock, µs since the Unix epoch (for lag metrics only).
+    pub sent_at_us: u64,
+    pub body: T,
+}
+
+/// Only the fields needed to accept or drop a message before decoding its body.
+#[derive(Debug, Deserialize)]
+struct Header {
+    v: u16,
+    cluster: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("malformed payload: {0}")]
+    Malformed(String),
+    #[error("unknown wire version {0}")]
+    UnknownVersion(u16),
+    #[error("message from foreign cluster {0:?}")]
+    ForeignCluster(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot encode message: {0}")]
+pub struct EncodeError(pub String);
+
+/// Decode failures by kind, for metrics.
+#[derive(Debug, Default)]
+pub struct WireCounters {
+    pub malformed: AtomicU64,
+    pub unknown_version: AtomicU64,
+    pub foreign_cluster: AtomicU64,
+}
+
+impl WireCounters {
+    pub fn count(&self, error: &DecodeError) {
+        let counter = match error {
+            DecodeError::Malformed(_) => &self.malformed,
+            DecodeError::UnknownVersion(_) => &self.unknown_version,
+            DecodeError::ForeignCluster(_) => &self.foreign_cluster,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.malformed.load(Ordering::Relaxed)
+            + self.unknown_version.load(Ordering::Relaxed)
+            + self.foreign_cluster.load(Ordering::Relaxed)
+    }
+}
+
+pub fn encode<T: Serialize>(envelope: &Envelope<T>) -> Result<Bytes, EncodeError> {
+    rmp_serde::to_vec_named(envelope)
+        .map(Bytes::from)
+        .map_err(|e| EncodeError(e.to_string()))
+}
+
+/// Decodes an envelope of this version and cluster.
+pub fn decode<T: DeserializeOwned>(
+    payload: &[u8],
+    cluster: &str,
+) -> Result<Envelope<T>, DecodeError> {
+    let header: Header =
+        rmp_serde::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    if header.v != WIRE_VERSION {
+        return Err(DecodeError::UnknownVersion(header.v));
+    }
+    if header.cluster != cluster {
+        return Err(DecodeError::ForeignCluster(header.cluster));
+    }
+    rmp_serde::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string()))
+}
+
+/// Builds envelopes for one sender: its id, cluster and a sequence per subject.
+#[derive(Debug)]
+pub struct Outbox {
+    cluster: String,
+    sender: Uuid,
+    seqs: std::collections::HashMap<String, u64>,
+}
+
+impl Outbox {
+    pub fn new(cluster: impl Into<String>, sender: Uuid) -> Self {
+        Self {
+            cluster: cluster.into(),
+            sender,
+            seqs: Default::default(),
+        }
+    }
+
+    pub fn sender(&self) -> Uuid {
+        self.sender
+    }
+
+    /// The next envelope on `subject`, encoded.
+    pub fn seal<T: Serialize>(&mut self, subject: &str, body: T) -> Result<Bytes, EncodeError> {
+        let seq = self.seqs.entry(subject.to_owned()).or_insert(0);
+        *seq += 1;
+        let envelope = Envelope {
+            v: WIRE_VERSION,
+            cluster: self.cluster.clone(),
+            sender: self.sender,
+            seq: *seq,
+            sent_at_us: now_us(),
+            body,
+        };
+        encode(&envelope)
+    }
+
+    /// The last sequence used on `subject` (0 before the first message).
+    pub fn last_seq(&self, subject: &str) -> u64 {
+        self.seqs.get(subject).copied().unwrap_or(0)
+    }
+}
+
+/// Wall clock in µs since the Unix epoch; only for lag measurements across processes.
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests;

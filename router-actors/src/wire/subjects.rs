@@ -1,0 +1,59 @@
+//! Subject names, all under the cluster prefix (DESIGN §6).
+
+use router_core::PoolRole;
+
+/// The token a pool has in subjects.
+pub fn pool_token(role: PoolRole) -> &'static str {
+    match role {
+        PoolRole::Aggregated => "agg",
+        PoolRole::Prefill => "prefill",
+        PoolRole::Decode => "decode",
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    cluster: String,
+}
+
+impl Subjects {
+    pub fn new(cluster: impl Into<String>) -> Self {
+        Self {
+            cluster: cluster.into(),
+        }
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// `workers.<pool>.announce`: worker specs, heartbeats and leases.
+    pub fn announce(&self, pool: PoolRole) -> String {
+        format!("{}.workers.{}.announce", self.cluster, pool_token(pool))
+    }
+
+    /// `kv.<pool>.events`: workers' stored / removed / cleared blocks.
+    pub fn kv_events(&self, pool: PoolRole) -> String {
+        format!("{}.kv.{}.events", self.cluster, pool_token(pool))
+    }
+
+    /// `workers.<pool>.load`: engine-reported load, apart from router bookings.
+    pub fn load(&self, pool: PoolRole) -> String {
+        format!("{}.workers.{}.load", self.cluster, pool_token(pool))
+    }
+
+    /// `router.<pool>.bookings`: booking deltas and heartbeats between router replicas.
+    pub fn bookings(&self, pool: PoolRole) -> String {
+        format!("{}.router.{}.bookings", self.cluster, pool_token(pool))
+    }
+
+    /// `router.<pool>.snapshot`: request/reply for a router's live bookings.
+    pub fn snapshot(&self, pool: PoolRole) -> String {
+        format!("{}.router.{}.snapshot", self.cluster, pool_token(pool))
+    }
+
+    /// `router.decode.room`: RoomChanged from decode routers to every prefill queue.
+    pub fn room(&self) -> String {
+        format!("{}.router.decode.room", self.cluster)
+    }
+}
