@@ -273,3 +273,39 @@ impl BookingLedger {
         }
     }
 }
+
+impl BookingLedger {
+    /// Up to `k` eligible ranks with the most decode room for the class, best first (ties
+    /// by slot). What a published room snapshot carries so readers on other threads can
+    /// answer `best_decode_room` without the ledger: exact as long as a reader's own
+    /// unapplied reservations touch fewer than `k` ranks.
+    pub fn top_decode_rooms(&self, class: ClassId, filter: &Eligibility, k: usize) -> Vec<(RankId, i64)> {
+        let c = class.index();
+        if filter.is_unfiltered() && self.classes[c].has_decode_threshold() {
+            let mut excluded: Vec<usize> = Vec::with_capacity(k);
+            let mut out = Vec::with_capacity(k);
+            while out.len() < k {
+                let Some((headroom, slot)) = self.room[c].max_excluding(&excluded) else { break };
+                let Some(rank) = self.rank(slot) else { break };
+                out.push((rank.id, headroom));
+                let at = excluded.partition_point(|&s| s < slot);
+                excluded.insert(at, slot);
+            }
+            return out;
+        }
+        let mut all: Vec<(i64, usize, RankId)> = self
+            .eligible_slots(filter)
+            .filter_map(|s| self.rank(s).map(|r| (r.headroom(c), s, r.id)))
+            .collect();
+        all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        all.into_iter().take(k).map(|(h, _, id)| (id, h)).collect()
+    }
+
+    /// Adapters served by at least one worker of the pool.
+    pub fn served_loras(&self) -> Vec<String> {
+        let mut loras: Vec<String> = self.workers.values().flat_map(|w| w.spec.loras.iter().cloned()).collect();
+        loras.sort();
+        loras.dedup();
+        loras
+    }
+}

@@ -547,6 +547,12 @@ proptest! {
                         prop_assert_eq!(l.class_gate(class, need, &filter), reference.class_gate(class, need, &filter),
                             "class {:?} need {} filter {:?}", class, need, filter);
                         if class != ClassId(1) {
+                            let top = l.top_decode_rooms(class, &filter, 4);
+                            prop_assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "{:?}", top);
+                            match l.best_decode_room(class, &filter, &[]) {
+                                BestRoom::Best { headroom, .. } => prop_assert_eq!(top.first().map(|t| t.1), Some(headroom)),
+                                BestRoom::NoRanks => prop_assert!(top.is_empty()),
+                            }
                             for p in [&[][..], &pending[..]] {
                                 let fast = l.decode_room(class, need, &filter, p);
                                 let slow = reference.decode_room(class, need, &filter, p);
