@@ -2,8 +2,16 @@
 //! scheduler, and the bus (NATS or in-process) at one edge.
 //!
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
+//! - `router`: the RouterActor of one pool and its typed handle.
+//! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
 pub mod bus;
+pub mod clock;
+pub mod room_view;
+pub mod router;
 pub mod wire;
+
+pub use clock::Clock;
+pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};

@@ -279,13 +279,20 @@ impl BookingLedger {
     /// by slot). What a published room snapshot carries so readers on other threads can
     /// answer `best_decode_room` without the ledger: exact as long as a reader's own
     /// unapplied reservations touch fewer than `k` ranks.
-    pub fn top_decode_rooms(&self, class: ClassId, filter: &Eligibility, k: usize) -> Vec<(RankId, i64)> {
+    pub fn top_decode_rooms(
+        &self,
+        class: ClassId,
+        filter: &Eligibility,
+        k: usize,
+    ) -> Vec<(RankId, i64)> {
         let c = class.index();
         if filter.is_unfiltered() && self.classes[c].has_decode_threshold() {
             let mut excluded: Vec<usize> = Vec::with_capacity(k);
             let mut out = Vec::with_capacity(k);
             while out.len() < k {
-                let Some((headroom, slot)) = self.room[c].max_excluding(&excluded) else { break };
+                let Some((headroom, slot)) = self.room[c].max_excluding(&excluded) else {
+                    break;
+                };
                 let Some(rank) = self.rank(slot) else { break };
                 out.push((rank.id, headroom));
                 let at = excluded.partition_point(|&s| s < slot);
@@ -303,7 +310,11 @@ impl BookingLedger {
 
     /// Adapters served by at least one worker of the pool.
     pub fn served_loras(&self) -> Vec<String> {
-        let mut loras: Vec<String> = self.workers.values().flat_map(|w| w.spec.loras.iter().cloned()).collect();
+        let mut loras: Vec<String> = self
+            .workers
+            .values()
+            .flat_map(|w| w.spec.loras.iter().cloned())
+            .collect();
         loras.sort();
         loras.dedup();
         loras

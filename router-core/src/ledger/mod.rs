@@ -348,6 +348,17 @@ impl BookingLedger {
     }
 
     /// Every live booking key of `owner` (for digests and snapshots).
+    /// Every live reservation of `owner`.
+    pub fn reservations_of(
+        &self,
+        owner: RouterId,
+    ) -> impl Iterator<Item = (&BookingKey, &Reservation)> {
+        self.reservations
+            .iter()
+            .filter(move |(k, _)| k.owner == owner)
+            .map(|(k, (r, _))| (k, r))
+    }
+
     pub fn keys_of(&self, owner: RouterId) -> impl Iterator<Item = (&BookingKey, &Booking)> {
         self.bookings
             .iter()

@@ -1,0 +1,98 @@
+//! The typed handle to a RouterActor: what the frontend, the peer-sync actor and the paired
+//! prefill actor call. `route` stamps the arrival time before the message is sent, so time
+//! spent in the mailbox counts against the class deadline.
+
+use super::{OwnState, RouterMsg, RouterSnapshot};
+use crate::clock::Clock;
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use router_core::{
+    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, WorkerId, WorkerSpec,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the router actor is gone")]
+pub struct ActorGone;
+
+#[derive(Debug, Clone)]
+pub struct RouterHandle {
+    actor: ActorRef<RouterMsg>,
+    clock: Clock,
+}
+
+impl RouterHandle {
+    pub fn new(actor: ActorRef<RouterMsg>, clock: Clock) -> Self {
+        Self { actor, clock }
+    }
+
+    pub fn actor(&self) -> &ActorRef<RouterMsg> {
+        &self.actor
+    }
+
+    /// Admits, queues or rejects; resolves when the request is admitted or rejected. Dropping
+    /// the future while queued removes the request from the queue (it is never booked).
+    pub async fn route(
+        &self,
+        mut request: RouteRequest,
+    ) -> Result<Result<Outcome, RouteError>, ActorGone> {
+        request.arrival = self.clock.now();
+        match self
+            .actor
+            .call(|reply| RouterMsg::Route { request, reply }, None)
+            .await
+        {
+            Ok(CallResult::Success(result)) => Ok(result),
+            _ => Err(ActorGone),
+        }
+    }
+
+    pub fn prefill_done(&self, id: RequestId) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::PrefillDone(id))
+    }
+
+    pub fn release(&self, id: RequestId) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::Release(id))
+    }
+
+    pub fn cancel(&self, id: RequestId) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::Cancel(id))
+    }
+
+    pub fn upsert_worker(&self, spec: WorkerSpec) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::UpsertWorker(spec))
+    }
+
+    pub fn remove_worker(&self, id: WorkerId) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::RemoveWorker(id))
+    }
+
+    pub fn kv_events(&self, events: Vec<KvEvent>) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::KvEvents(events))
+    }
+
+    pub fn reserve(&self, reservation: DecodeReservation) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::Reserve(reservation))
+    }
+
+    pub fn unreserve(&self, id: RequestId) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::Unreserve(id))
+    }
+
+    pub async fn observe(&self) -> Result<RouterSnapshot, ActorGone> {
+        match self.actor.call(RouterMsg::Observe, None).await {
+            Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    pub async fn own_state(&self) -> Result<OwnState, ActorGone> {
+        match self.actor.call(RouterMsg::OwnState, None).await {
+            Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    pub fn cast(&self, msg: RouterMsg) -> Result<(), ActorGone> {
+        self.actor.cast(msg).map_err(|_| ActorGone)
+    }
+}

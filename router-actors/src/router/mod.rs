@@ -1,0 +1,195 @@
+//! RouterActor: one per pool (aggregated, prefill or decode). It owns the pool's
+//! `PoolRouter` (prefix index + scheduler) and carries out what router-core decides: it
+//! answers `route` when the request is admitted or rejected (even after waiting in the
+//! queue), drains whenever capacity may have grown, arms one timer for the earliest deadline,
+//! publishes its own booking deltas for peer sync, applies peers' deltas, and, in a decode
+//! pool, publishes its room for the node's prefill actor.
+//!
+//! Files: `mod.rs` (messages, args, the actor), `state.rs` (handlers' shared work),
+//! `handle.rs` (the typed handle), `peer.rs` (applying peers' deltas).
+
+mod handle;
+mod peer;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+pub use handle::{ActorGone, RouterHandle};
+pub use state::{OwnState, RouterCounters, RouterSnapshot};
+
+use crate::clock::Clock;
+use crate::room_view::{RoomPublisher, RoomReader};
+use crate::wire::BookingDelta;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use router_core::ledger::{Booking, Reservation};
+use router_core::{
+    DecodeReservation, KvEvent, Outcome, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
+    RouteError, RouteRequest, RouterId, WorkerId, WorkerSpec,
+};
+use state::RouterState;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The paired decode pool of a prefill actor: its published room and the actor that takes
+/// reservations.
+#[derive(Debug, Clone)]
+pub struct Paired {
+    pub room: RoomReader,
+    pub decode: RouterHandle,
+}
+
+pub struct RouterArgs {
+    pub config: PoolRouterConfig,
+    pub profile: PolicyProfile,
+    pub clock: Clock,
+    /// Decode pool: where its room is published.
+    pub room_out: Option<RoomPublisher>,
+    /// Prefill pool: the paired decode pool.
+    pub paired: Option<Paired>,
+    /// Own booking deltas, for the peer-sync actor. Bounded: when full, deltas are dropped
+    /// and counted (peers then see a digest drift and ask for a snapshot).
+    pub deltas: Option<mpsc::Sender<BookingDelta>>,
+    /// A slow periodic drain that guards against a lost room hint.
+    pub recheck_every: Duration,
+    /// Bookings to restore before serving (a restart): this router's own in-flight ones.
+    pub restore: Vec<(RequestId, Booking)>,
+}
+
+impl std::fmt::Debug for RouterArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterArgs")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+pub enum RouterMsg {
+    /// Admit, queue or reject; the reply comes when the request is admitted or rejected.
+    Route {
+        request: RouteRequest,
+        reply: RpcReplyPort<Result<Outcome, RouteError>>,
+    },
+    PrefillDone(RequestId),
+    Release(RequestId),
+    /// The caller went away: a queued request leaves the queue, a booked one is released.
+    Cancel(RequestId),
+    UpsertWorker(WorkerSpec),
+    RemoveWorker(WorkerId),
+    KvEvents(Vec<KvEvent>),
+    /// Decode pool: hold room for a request admitted by the node's prefill pool.
+    Reserve(DecodeReservation),
+    /// Decode pool: the prefill leg failed or was cancelled; give the room back.
+    Unreserve(RequestId),
+    /// A peer router's delta, applied under its owner id.
+    Peer {
+        owner: RouterId,
+        delta: BookingDelta,
+    },
+    /// A peer's full state (snapshot repair): replaces everything held under its id.
+    PeerReplace {
+        owner: RouterId,
+        bookings: Vec<(RequestId, Booking)>,
+        reservations: Vec<(RequestId, Reservation)>,
+    },
+    /// A peer stopped heart-beating: drop everything it held.
+    PeerGone(RouterId),
+    /// Prefill pool: decode room may have grown.
+    RoomChanged,
+    /// Deadline timer or periodic recheck.
+    Tick,
+    Observe(RpcReplyPort<RouterSnapshot>),
+    /// This router's own live bookings and reservations (snapshots, digests).
+    OwnState(RpcReplyPort<OwnState>),
+    /// Fault injection for supervision tests: the handler fails.
+    #[doc(hidden)]
+    InjectFault(String),
+}
+
+#[derive(Debug)]
+pub struct RouterActor;
+
+impl Actor for RouterActor {
+    type Msg = RouterMsg;
+    type State = RouterState;
+    type Arguments = RouterArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        args: RouterArgs,
+    ) -> Result<RouterState, ActorProcessingErr> {
+        let owner = args.config.scheduler.owner;
+        let router = PoolRouter::new(args.config, args.profile);
+        let mut state =
+            RouterState::new(router, args.clock, args.room_out, args.paired, args.deltas);
+        state.restore(owner, args.restore);
+        if !args.recheck_every.is_zero() {
+            myself.send_interval(args.recheck_every, || RouterMsg::Tick);
+        }
+        if let Some(paired) = &state.paired {
+            spawn_room_listener(myself.clone(), paired.room.signals());
+        }
+        state.after_change(&myself);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        msg: RouterMsg,
+        state: &mut RouterState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RouterMsg::Route { request, reply } => state.route(request, reply),
+            RouterMsg::PrefillDone(id) => state.prefill_done(id),
+            RouterMsg::Release(id) => state.release(id),
+            RouterMsg::Cancel(id) => state.cancel(id),
+            RouterMsg::UpsertWorker(spec) => state.upsert_worker(spec),
+            RouterMsg::RemoveWorker(id) => state.remove_worker(id),
+            RouterMsg::KvEvents(events) => state.kv_events(&events),
+            RouterMsg::Reserve(res) => state.reserve(res),
+            RouterMsg::Unreserve(id) => state.unreserve(id),
+            RouterMsg::Peer { owner, delta } => state.apply_peer(owner, delta),
+            RouterMsg::PeerReplace {
+                owner,
+                bookings,
+                reservations,
+            } => state.replace_peer(owner, bookings, reservations),
+            RouterMsg::PeerGone(owner) => state.peer_gone(owner),
+            RouterMsg::RoomChanged => state.drain(),
+            RouterMsg::Tick => state.tick(),
+            RouterMsg::Observe(reply) => {
+                let _ = reply.send(state.snapshot());
+            }
+            RouterMsg::OwnState(reply) => {
+                let _ = reply.send(state.own_state());
+            }
+            RouterMsg::InjectFault(why) => return Err(why.into()),
+        }
+        state.after_change(&myself);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        state: &mut RouterState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.disarm();
+        Ok(())
+    }
+}
+
+/// Forwards the decode pool's room signal to the prefill actor as `RoomChanged`. Ends when
+/// either side goes away.
+fn spawn_room_listener(actor: ActorRef<RouterMsg>, mut signals: tokio::sync::watch::Receiver<u64>) {
+    tokio::spawn(async move {
+        while signals.changed().await.is_ok() {
+            if actor.cast(RouterMsg::RoomChanged).is_err() {
+                break;
+            }
+        }
+    });
+}

@@ -1,0 +1,316 @@
+//! The RouterActor's state and the work its handlers share: settling outcomes (replying,
+//! publishing deltas, casting reservations), draining, the deadline timer, and publishing the
+//! decode room.
+
+use super::{Paired, RouterMsg};
+use crate::clock::Clock;
+use crate::room_view::{RoomPublisher, RoomSnapshot};
+use crate::wire::BookingDelta;
+use ractor::concurrency::JoinHandle;
+use ractor::{ActorRef, MessagingErr, RpcReplyPort};
+use router_core::admission::SchedulerSnapshot;
+use router_core::ledger::{Booking, Reservation};
+use router_core::{
+    DecodeRoomView, KvEvent, Outcome, PoolRole, PoolRouter, RequestId, RouteError, RouteRequest,
+    RouterId, Timestamp, WorkerId, WorkerSpec,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+type Reply = RpcReplyPort<Result<Outcome, RouteError>>;
+/// The one armed deadline timer.
+type Timer = (Timestamp, JoinHandle<Result<(), MessagingErr<RouterMsg>>>);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RouterCounters {
+    /// Own deltas dropped because the peer-sync queue was full.
+    pub dropped_deltas: u64,
+    /// Admissions whose caller had gone: rolled back.
+    pub rolled_back: u64,
+    /// Queued requests whose caller went away: removed, never booked.
+    pub abandoned: u64,
+    pub kv_events_refused: u64,
+    pub worker_errors: u64,
+    pub reservations_lost: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RouterSnapshot {
+    pub role: PoolRole,
+    pub scheduler: SchedulerSnapshot,
+    pub waiting_replies: usize,
+    pub counters: RouterCounters,
+}
+
+/// This router's own live state, for snapshots and digests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OwnState {
+    pub bookings: Vec<(RequestId, Booking)>,
+    pub reservations: Vec<(RequestId, Reservation)>,
+}
+
+pub struct RouterState {
+    pub(super) router: PoolRouter,
+    clock: Clock,
+    waiting: HashMap<RequestId, Reply>,
+    armed: Option<Timer>,
+    room_out: Option<RoomPublisher>,
+    published_epoch: Option<u64>,
+    pub(super) paired: Option<Paired>,
+    deltas: Option<mpsc::Sender<BookingDelta>>,
+    pub(super) counters: RouterCounters,
+}
+
+impl std::fmt::Debug for RouterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterState")
+            .field("waiting", &self.waiting.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouterState {
+    pub(super) fn new(
+        router: PoolRouter,
+        clock: Clock,
+        room_out: Option<RoomPublisher>,
+        paired: Option<Paired>,
+        deltas: Option<mpsc::Sender<BookingDelta>>,
+    ) -> Self {
+        Self {
+            router,
+            clock,
+            waiting: HashMap::new(),
+            armed: None,
+            room_out,
+            published_epoch: None,
+            paired,
+            deltas,
+            counters: RouterCounters::default(),
+        }
+    }
+
+    pub(super) fn owner(&self) -> RouterId {
+        self.router.scheduler().owner()
+    }
+
+    /// Books this router's own in-flight requests again after a restart.
+    pub(super) fn restore(&mut self, owner: RouterId, bookings: Vec<(RequestId, Booking)>) {
+        for (request, booking) in bookings {
+            let key = router_core::BookingKey::new(owner, request);
+            self.router.scheduler_mut().ledger_mut().book(key, booking);
+        }
+    }
+
+    fn room(&self) -> Option<Arc<RoomSnapshot>> {
+        self.paired.as_ref().map(|p| p.room.load())
+    }
+
+    pub(super) fn route(&mut self, request: RouteRequest, reply: Reply) {
+        let now = self.clock.now();
+        let room = self.room();
+        let view = room.as_deref().map(|r| r as &dyn DecodeRoomView);
+        match self.router.route(request, now, view) {
+            Ok(outcome) => self.settle(outcome, Some(reply)),
+            Err(error) => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
+
+    /// Carries out one outcome: replies (or keeps the reply port while queued), publishes
+    /// the booking, casts the decode reservation, and rolls back an admission nobody waits for.
+    fn settle(&mut self, outcome: Outcome, port: Option<Reply>) {
+        let request = outcome.request();
+        let port = port.or_else(|| self.waiting.remove(&request));
+        match &outcome {
+            Outcome::Queued { .. } => {
+                if let Some(port) = port {
+                    self.waiting.insert(request, port);
+                }
+                return;
+            }
+            Outcome::Admitted(admission) if port.as_ref().is_none_or(RpcReplyPort::is_closed) => {
+                // Booked but nobody will proxy it: undo the booking and the reservation.
+                self.router.cancel(request, self.clock.now());
+                self.counters.rolled_back += 1;
+                if let (Some(res), Some(paired)) = (admission.decode_reservation, &self.paired) {
+                    let _ = paired.decode.unreserve(res.key.request);
+                }
+                return;
+            }
+            Outcome::Admitted(admission) => {
+                let key = self.router.scheduler().key(request);
+                if let Some(booking) = self.router.ledger().booking(&key).cloned() {
+                    self.emit(BookingDelta::Book { request, booking });
+                }
+                if let (Some(res), Some(paired)) = (admission.decode_reservation, &self.paired)
+                    && paired.decode.reserve(res).is_err()
+                {
+                    self.counters.reservations_lost += 1;
+                }
+            }
+            Outcome::Rejected { .. } => {}
+        }
+        if let Some(port) = port {
+            let _ = port.send(Ok(outcome));
+        }
+    }
+
+    fn settle_all(&mut self, outcomes: Vec<Outcome>) {
+        for outcome in outcomes {
+            self.settle(outcome, None);
+        }
+    }
+
+    pub(super) fn emit(&mut self, delta: BookingDelta) {
+        if let Some(tx) = &self.deltas
+            && tx.try_send(delta).is_err()
+        {
+            self.counters.dropped_deltas += 1;
+        }
+    }
+
+    /// Drops queued requests whose caller went away, then admits what the gates allow.
+    pub(super) fn drain(&mut self) {
+        let now = self.clock.now();
+        let gone: Vec<RequestId> = self
+            .waiting
+            .iter()
+            .filter(|(_, port)| port.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.waiting.remove(&id);
+            self.router.cancel(id, now);
+            self.counters.abandoned += 1;
+        }
+        let room = self.room();
+        let view = room.as_deref().map(|r| r as &dyn DecodeRoomView);
+        let outcomes = self.router.drain(now, view);
+        self.settle_all(outcomes);
+    }
+
+    pub(super) fn tick(&mut self) {
+        self.armed = None;
+        let outcomes = self.router.expire(self.clock.now());
+        self.settle_all(outcomes);
+        self.drain();
+    }
+
+    pub(super) fn prefill_done(&mut self, id: RequestId) {
+        if self.router.prefill_done(id) {
+            self.emit(BookingDelta::PrefillDone { request: id });
+            self.drain();
+        }
+    }
+
+    pub(super) fn release(&mut self, id: RequestId) {
+        if self.router.release(id) {
+            self.emit(BookingDelta::Release { request: id });
+            self.drain();
+        }
+    }
+
+    pub(super) fn cancel(&mut self, id: RequestId) {
+        if let Some(port) = self.waiting.remove(&id) {
+            drop(port);
+            self.router.cancel(id, self.clock.now());
+            self.counters.abandoned += 1;
+            return;
+        }
+        let key = self.router.scheduler().key(id);
+        let booked = self.router.ledger().booking(&key).is_some();
+        if self.router.cancel(id, self.clock.now()) && booked {
+            self.emit(BookingDelta::Release { request: id });
+            self.drain();
+        }
+    }
+
+    pub(super) fn upsert_worker(&mut self, spec: WorkerSpec) {
+        let id = spec.id;
+        if let Err(error) = self.router.upsert_worker(spec) {
+            self.counters.worker_errors += 1;
+            tracing::warn!(worker = %id, %error, "worker announcement refused");
+            return;
+        }
+        self.drain();
+    }
+
+    pub(super) fn remove_worker(&mut self, id: WorkerId) {
+        self.router.remove_worker(id);
+        self.drain();
+    }
+
+    pub(super) fn kv_events(&mut self, events: &[KvEvent]) {
+        for event in events {
+            if self.router.apply_kv_event(event) != router_core::EventStatus::Ok {
+                self.counters.kv_events_refused += 1;
+            }
+        }
+    }
+
+    pub(super) fn snapshot(&self) -> RouterSnapshot {
+        RouterSnapshot {
+            role: self.router.scheduler().role(),
+            scheduler: self.router.scheduler().snapshot(),
+            waiting_replies: self.waiting.len(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    pub(super) fn own_state(&self) -> OwnState {
+        let owner = self.owner();
+        let ledger = self.router.ledger();
+        let mut bookings: Vec<(RequestId, Booking)> = ledger
+            .keys_of(owner)
+            .map(|(k, b)| (k.request, b.clone()))
+            .collect();
+        bookings.sort_by_key(|(r, _)| *r);
+        let mut reservations: Vec<(RequestId, Reservation)> = ledger
+            .reservations_of(owner)
+            .map(|(k, r)| (k.request, *r))
+            .collect();
+        reservations.sort_by_key(|(r, _)| *r);
+        OwnState {
+            bookings,
+            reservations,
+        }
+    }
+
+    /// After every message: publish the decode room if the ledger moved, and keep exactly
+    /// one timer armed for the earliest deadline.
+    pub(super) fn after_change(&mut self, myself: &ActorRef<RouterMsg>) {
+        if let Some(out) = &self.room_out {
+            let ledger = self.router.ledger();
+            if self.published_epoch != Some(ledger.epoch()) {
+                let classes = self.router.scheduler().profile().classes().len();
+                out.publish(RoomSnapshot::capture(ledger, classes, &[self.owner()]));
+                self.published_epoch = Some(ledger.epoch());
+            }
+        }
+        let next = self.router.scheduler().next_deadline();
+        match (next, &self.armed) {
+            (Some(at), Some((armed_at, _))) if *armed_at == at => {}
+            (Some(at), _) => {
+                self.disarm();
+                let delay = self
+                    .clock
+                    .instant(at)
+                    .saturating_duration_since(tokio::time::Instant::now());
+                let handle = myself.send_after(delay, || RouterMsg::Tick);
+                self.armed = Some((at, handle));
+            }
+            (None, Some(_)) => self.disarm(),
+            (None, None) => {}
+        }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        if let Some((_, handle)) = self.armed.take() {
+            handle.abort();
+        }
+    }
+}
