@@ -45,9 +45,9 @@ pub fn profile() -> Result<PolicyProfile, PolicyError> {
 /// Shared system prompts: their lengths in blocks (32-128 blocks, 512-2048 tokens).
 const PREFIX_BLOCKS: [u64; 4] = [32, 64, 96, 128];
 const INTERACTIVE_SHARE: f64 = 0.3;
-/// Requests per second one worker sustains in this engine model, roughly: decode KV is the
-/// bottleneck (~1 600 blocks under the class lines, ~110 unique blocks and ~5.4 s of decode
-/// per request).
+/// Requests per second one worker sustains in this engine model, a rough upper estimate:
+/// decode KV is the bottleneck (~1 600 blocks under the class lines, ~110 unique blocks and
+/// ~5.4 s of decode per request). Runs measure about 2-2.5.
 const RATE_PER_WORKER: f64 = 2.75;
 
 /// One synthetic request, before the router sees it.
@@ -72,14 +72,14 @@ pub fn generate(n: u32, workers: u32, seed: u64) -> Vec<Spec> {
     let mut t_us = 0.0_f64;
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n {
-        // Warm-up (first 20 %) at 60 % of capacity, overload (next 60 %) at 200 %,
+        // Warm-up (first 20 %) at 60 % of capacity, overload (next 60 %) at 300 %,
         // cool-down (last 20 %) at 40 %.
         let phase = f64::from(i) / f64::from(n.max(1));
         let rate = capacity
             * if phase < 0.2 {
                 0.6
             } else if phase < 0.8 {
-                2.0
+                3.0
             } else {
                 0.4
             };
