@@ -9,9 +9,11 @@
 //! - `workload.rs`: the built-in policy profile and the seeded workload.
 //! - `engine.rs`: the engine timing model, prefill lanes and prefix caches.
 //! - `sim.rs`: the event loop that drives the schedulers.
-//! - `report.rs`: the measurements, the table and the JSON.
+//! - `report.rs`: the measurements and the serialisable report (the JSON).
+//! - `render.rs`: the report as a table.
 
 mod engine;
+mod render;
 mod report;
 mod sim;
 mod workload;

@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use router_core::ledger::{BookingLedger, Reservation};
+use router_core::ledger::{BookingLedger, Reservation, ReserveResult};
 use router_core::{
     AdmissionRequest, ClassId, DecodeRoomView, Outcome, Phase, PoolRole, RankId, RequestId,
     RouterId, Scheduler, SchedulerConfig, Timestamp, WorkerSpec,
@@ -305,7 +305,11 @@ impl Sim {
                         expires_at: r.expires_at,
                         seq: r.seq,
                     };
-                    decode.ledger_mut().reserve(r.key, reservation);
+                    let result = decode.ledger_mut().reserve(r.key, reservation);
+                    if result != ReserveResult::Reserved {
+                        self.rec
+                            .anomaly(format!("decode reservation of request {i}: {result:?}"));
+                    }
                     self.rec.note_committed(decode.ledger(), r.rank);
                 } else if self.decode.is_none() {
                     self.rec.note_committed(self.main.ledger(), a.rank);
