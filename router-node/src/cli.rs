@@ -43,10 +43,10 @@ struct DemoArgs {
     #[arg(long)]
     disagg: bool,
     /// Workers per pool (one rank each).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: u32,
     /// Requests in the built-in workload.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=200_000))]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     requests: u32,
     /// Seed of the workload generator (same seed, same run).
     #[arg(long, default_value_t = 7)]

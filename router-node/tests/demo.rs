@@ -146,6 +146,8 @@ fn bad_command_lines_exit_non_zero_with_a_message() {
         &[][..],
         &["demo", "--bogus"][..],
         &["demo", "--workers", "0"][..],
+        &["demo", "--workers", "65"][..],
+        &["demo", "--requests", "100001"][..],
         &["demo", "--workers", "many"][..],
         &["demo", "--requests", "-5"][..],
         &["demo", "--seed", "99999999999999999999999"][..],
