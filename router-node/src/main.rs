@@ -1,6 +1,9 @@
-//! `router-node`: the Switchyard binary. Thin on purpose: parse the command line, build the
-//! node from config, run it.
+//! `router-node`: the Switchyard binary. Thin on purpose: parse the command line, run the
+//! command, turn its result into an exit code.
 
-fn main() {
-    println!("router-node: the HTTP node is not built yet; see the open issues");
+mod cli;
+mod demo;
+
+fn main() -> std::process::ExitCode {
+    cli::run(std::env::args_os())
 }

@@ -1,0 +1,39 @@
+//! `router-node demo`: the embedded default, for now at the core level.
+//!
+//! Runs the real router-core admission schedulers over a simulated fleet in simulated
+//! time: a deterministic discrete-event simulation (no clock, no sleeps, no network) of a
+//! seeded two-class workload against engines with a simple timing model, then prints what
+//! happened per class as a table or JSON. It needs nothing installed. The HTTP frontend
+//! and the simulated engines on an in-process bus come later.
+//!
+//! - `workload.rs`: the built-in policy profile and the seeded workload.
+//! - `engine.rs`: the engine timing model, prefill lanes and prefix caches.
+//! - `sim.rs`: the event loop that drives the schedulers.
+//! - `report.rs`: the measurements and the serialisable report (the JSON).
+//! - `render.rs`: the report as a table.
+
+mod engine;
+mod render;
+mod report;
+mod sim;
+mod workload;
+
+pub use report::Report;
+
+/// What `router-node demo` was asked for (validated by the CLI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Prefill pool + decode pool instead of one aggregated pool.
+    pub disagg: bool,
+    /// Workers per pool (one rank each).
+    pub workers: u32,
+    pub requests: u32,
+    pub seed: u64,
+}
+
+/// Runs the simulation to the end and returns its report.
+pub fn run(opts: &Options) -> Result<Report, String> {
+    let mut sim = sim::Sim::new(opts)?;
+    sim.run();
+    Ok(sim.rec.report(opts))
+}

@@ -1,0 +1,170 @@
+//! The demo's built-in policy profile and its seeded synthetic workload.
+//!
+//! - Profile: two classes, `interactive` (the default; short SLO, big DRR quantum, tight
+//!   prefill line, a per-worker queue cap) and `batch` (long SLO, small quantum, looser
+//!   lines, no queue cap), parsed from TOML by `PolicyProfile::from_toml_str` like any
+//!   operator file.
+//! - Workload: about 30 % interactive and 70 % batch requests. Every prompt starts with one
+//!   of a few shared system prompts, so block hashes repeat across requests (hashes are a
+//!   chain over the blocks' contents, as engines compute them). Prompts are 256-4096 tokens
+//!   in 16-token blocks, outputs 32-512 tokens. Arrivals are open loop (exponential gaps)
+//!   in three phases: a warm-up below fleet capacity, a long overload so queueing, DRR
+//!   and deadline shedding all show, and a cool-down that lets the backlog drain.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use router_core::{PolicyError, PolicyProfile};
+
+/// Tokens per KV block, as the engines announce it.
+pub const BLOCK_TOKENS: u64 = 16;
+
+/// The built-in profile. Class order fixes the class ids: 0 interactive, 1 batch.
+pub const PROFILE_TOML: &str = r#"
+default_class = "interactive"
+
+[[classes]]
+name = "interactive"
+slo_ms = 2000
+quantum = 512
+prefill_busy_threshold_frac = 1.0
+decode_busy_threshold_frac = 0.8
+request_queue_limit_per_worker = 64
+
+[[classes]]
+name = "batch"
+slo_ms = 30000
+quantum = 128
+prefill_busy_threshold_frac = 2.0
+decode_busy_threshold_frac = 0.9
+"#;
+
+pub fn profile() -> Result<PolicyProfile, PolicyError> {
+    PolicyProfile::from_toml_str(PROFILE_TOML)
+}
+
+/// Shared system prompts: their lengths in blocks (32-128 blocks, 512-2048 tokens).
+const PREFIX_BLOCKS: [u64; 4] = [32, 64, 96, 128];
+const INTERACTIVE_SHARE: f64 = 0.3;
+/// Requests per second one worker sustains in this engine model, a rough upper estimate:
+/// decode KV is the bottleneck (~1 600 blocks under the class lines, ~110 unique blocks and
+/// ~5.4 s of decode per request). Runs measure about 2-2.5.
+const RATE_PER_WORKER: f64 = 2.75;
+
+/// One synthetic request, before the router sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// Simulated arrival, in microseconds since the start.
+    pub arrival_us: u64,
+    /// Class name as a client would send it in `x-policy-class`.
+    pub class: &'static str,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+    /// Chained hashes of the prompt's full blocks.
+    pub block_hashes: Vec<u64>,
+    /// Decode blocks beyond the prompt's full blocks: its partial last block plus output.
+    pub output_blocks: u64,
+}
+
+/// Generates `n` requests for a fleet of `workers` workers, deterministically from `seed`.
+pub fn generate(n: u32, workers: u32, seed: u64) -> Vec<Spec> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let capacity = RATE_PER_WORKER * f64::from(workers.max(1));
+    let mut t_us = 0.0_f64;
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        // Warm-up (first 20 %) at 60 % of capacity, overload (next 60 %) at 300 %,
+        // cool-down (last 20 %) at 40 %.
+        let phase = f64::from(i) / f64::from(n.max(1));
+        let rate = capacity
+            * if phase < 0.2 {
+                0.6
+            } else if phase < 0.8 {
+                3.0
+            } else {
+                0.4
+            };
+        let u: f64 = rng.random::<f64>();
+        // Exponential gap; 1 - u lies in (0, 1], so ln is finite.
+        t_us += -(1.0 - u).ln() / rate * 1e6;
+        let class = if rng.random::<f64>() < INTERACTIVE_SHARE {
+            "interactive"
+        } else {
+            "batch"
+        };
+        let prompt_tokens = rng.random_range(256..=4096_u64);
+        let output_tokens = rng.random_range(32..=512_u64);
+        let prefix = rng.random_range(0..PREFIX_BLOCKS.len());
+        let block_hashes = chain(
+            prefix,
+            PREFIX_BLOCKS[prefix],
+            i,
+            prompt_tokens / BLOCK_TOKENS,
+        );
+        let tail = prompt_tokens % BLOCK_TOKENS + output_tokens;
+        out.push(Spec {
+            arrival_us: t_us as u64,
+            class,
+            prompt_tokens,
+            output_tokens,
+            block_hashes,
+            output_blocks: tail.div_ceil(BLOCK_TOKENS),
+        });
+    }
+    out
+}
+
+/// Chained block hashes: the first `prefix_blocks` blocks are the shared system prompt
+/// `prefix`, the rest are private to request `request`.
+fn chain(prefix: usize, prefix_blocks: u64, request: u32, blocks: u64) -> Vec<u64> {
+    let mut hash = 0x5157_1c4d_u64;
+    (0..blocks)
+        .map(|b| {
+            let content = if b < prefix_blocks {
+                ((prefix as u64) << 32) | b
+            } else {
+                (1 << 63) | (u64::from(request) << 32) | b
+            };
+            hash = mix(hash ^ mix(content));
+            hash
+        })
+        .collect()
+}
+
+/// splitmix64's finaliser: a fast, well-spread 64-bit mix.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_profile_parses_with_interactive_as_default() {
+        let profile = profile().expect("builtin profile");
+        assert_eq!(profile.classes().len(), 2);
+        assert_eq!(profile.class(profile.default_class()).name, "interactive");
+        assert!(profile.resolve(Some("batch")).is_ok());
+    }
+
+    #[test]
+    fn the_workload_is_deterministic_and_shares_prefixes() {
+        let a = generate(200, 4, 7);
+        assert_eq!(a, generate(200, 4, 7));
+        assert_ne!(a, generate(200, 4, 8));
+        assert!(a.windows(2).all(|w| w[0].arrival_us <= w[1].arrival_us));
+        for s in &a {
+            assert!((256..=4096).contains(&s.prompt_tokens));
+            assert!((32..=512).contains(&s.output_tokens));
+            assert_eq!(s.block_hashes.len() as u64, s.prompt_tokens / BLOCK_TOKENS);
+        }
+        // Two requests on the same system prompt share its leading block hashes.
+        let firsts: std::collections::BTreeSet<u64> = a.iter().map(|s| s.block_hashes[0]).collect();
+        assert!(firsts.len() <= PREFIX_BLOCKS.len());
+        let interactive = a.iter().filter(|s| s.class == "interactive").count();
+        assert!((30..=100).contains(&interactive), "{interactive}");
+    }
+}
