@@ -19,6 +19,8 @@ use router_core::{PolicyError, PolicyProfile};
 pub const BLOCK_TOKENS: u64 = 16;
 
 /// The built-in profile. Class order fixes the class ids: 0 interactive, 1 batch.
+/// Interactive is the protected class: batch must wait first (lower busy lines), and
+/// interactive keeps the larger DRR share while both wait.
 pub const PROFILE_TOML: &str = r#"
 default_class = "interactive"
 
@@ -26,16 +28,16 @@ default_class = "interactive"
 name = "interactive"
 slo_ms = 2000
 quantum = 512
-prefill_busy_threshold_frac = 1.0
-decode_busy_threshold_frac = 0.8
+prefill_busy_threshold_frac = 2.0
+decode_busy_threshold_frac = 0.9
 request_queue_limit_per_worker = 64
 
 [[classes]]
 name = "batch"
 slo_ms = 30000
 quantum = 128
-prefill_busy_threshold_frac = 2.0
-decode_busy_threshold_frac = 0.9
+prefill_busy_threshold_frac = 1.0
+decode_busy_threshold_frac = 0.8
 "#;
 
 pub fn profile() -> Result<PolicyProfile, PolicyError> {
