@@ -4,6 +4,7 @@
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
+//! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
@@ -11,6 +12,7 @@ pub mod bus;
 pub mod clock;
 pub mod room_view;
 pub mod router;
+pub mod supervisor;
 pub mod wire;
 
 pub use clock::Clock;

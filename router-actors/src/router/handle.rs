@@ -4,6 +4,7 @@
 
 use super::{OwnState, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
+use crate::supervisor::ActorSlot;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
@@ -16,17 +17,34 @@ pub struct ActorGone;
 
 #[derive(Debug, Clone)]
 pub struct RouterHandle {
-    actor: ActorRef<RouterMsg>,
+    slot: ActorSlot<RouterMsg>,
     clock: Clock,
 }
 
 impl RouterHandle {
     pub fn new(actor: ActorRef<RouterMsg>, clock: Clock) -> Self {
-        Self { actor, clock }
+        Self {
+            slot: ActorSlot::new(actor),
+            clock,
+        }
     }
 
-    pub fn actor(&self) -> &ActorRef<RouterMsg> {
-        &self.actor
+    /// A handle that follows the actor in `slot` across restarts.
+    pub fn from_slot(slot: ActorSlot<RouterMsg>, clock: Clock) -> Self {
+        Self { slot, clock }
+    }
+
+    /// The current actor (a restart swaps it; none between a failure and its restart).
+    pub fn actor(&self) -> Option<ActorRef<RouterMsg>> {
+        self.slot.get()
+    }
+
+    pub fn slot(&self) -> &ActorSlot<RouterMsg> {
+        &self.slot
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// Admits, queues or rejects; resolves when the request is admitted or rejected. Dropping
@@ -37,7 +55,9 @@ impl RouterHandle {
     ) -> Result<Result<Outcome, RouteError>, ActorGone> {
         request.arrival = self.clock.now();
         match self
-            .actor
+            .slot
+            .get()
+            .ok_or(ActorGone)?
             .call(|reply| RouterMsg::Route { request, reply }, None)
             .await
         {
@@ -79,20 +99,36 @@ impl RouterHandle {
     }
 
     pub async fn observe(&self) -> Result<RouterSnapshot, ActorGone> {
-        match self.actor.call(RouterMsg::Observe, None).await {
+        match self
+            .slot
+            .get()
+            .ok_or(ActorGone)?
+            .call(RouterMsg::Observe, None)
+            .await
+        {
             Ok(CallResult::Success(s)) => Ok(s),
             _ => Err(ActorGone),
         }
     }
 
     pub async fn own_state(&self) -> Result<OwnState, ActorGone> {
-        match self.actor.call(RouterMsg::OwnState, None).await {
+        match self
+            .slot
+            .get()
+            .ok_or(ActorGone)?
+            .call(RouterMsg::OwnState, None)
+            .await
+        {
             Ok(CallResult::Success(s)) => Ok(s),
             _ => Err(ActorGone),
         }
     }
 
     pub fn cast(&self, msg: RouterMsg) -> Result<(), ActorGone> {
-        self.actor.cast(msg).map_err(|_| ActorGone)
+        self.slot
+            .get()
+            .ok_or(ActorGone)?
+            .cast(msg)
+            .map_err(|_| ActorGone)
     }
 }

@@ -20,6 +20,7 @@ pub use state::{OwnState, RouterCounters, RouterSnapshot};
 
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomReader};
+use crate::supervisor::InflightRegistry;
 use crate::wire::BookingDelta;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::ledger::{Booking, Reservation};
@@ -39,6 +40,7 @@ pub struct Paired {
     pub decode: RouterHandle,
 }
 
+#[derive(Clone)]
 pub struct RouterArgs {
     pub config: PoolRouterConfig,
     pub profile: PolicyProfile,
@@ -52,8 +54,9 @@ pub struct RouterArgs {
     pub deltas: Option<mpsc::Sender<BookingDelta>>,
     /// A slow periodic drain that guards against a lost room hint.
     pub recheck_every: Duration,
-    /// Bookings to restore before serving (a restart): this router's own in-flight ones.
-    pub restore: Vec<(RequestId, Booking)>,
+    /// The node's registry of this router's own live bookings: kept up to date by the
+    /// actor, read back when a restarted actor starts (its bookings are restored, not leaked).
+    pub inflight: Option<InflightRegistry>,
 }
 
 impl std::fmt::Debug for RouterArgs {
@@ -122,9 +125,20 @@ impl Actor for RouterActor {
     ) -> Result<RouterState, ActorProcessingErr> {
         let owner = args.config.scheduler.owner;
         let router = PoolRouter::new(args.config, args.profile);
-        let mut state =
-            RouterState::new(router, args.clock, args.room_out, args.paired, args.deltas);
-        state.restore(owner, args.restore);
+        let restore = args
+            .inflight
+            .as_ref()
+            .map(InflightRegistry::snapshot)
+            .unwrap_or_default();
+        let mut state = RouterState::new(
+            router,
+            args.clock,
+            args.room_out,
+            args.paired,
+            args.deltas,
+            args.inflight,
+        );
+        state.restore(owner, restore);
         if !args.recheck_every.is_zero() {
             myself.send_interval(args.recheck_every, || RouterMsg::Tick);
         }
@@ -192,4 +206,26 @@ fn spawn_room_listener(actor: ActorRef<RouterMsg>, mut signals: tokio::sync::wat
             }
         }
     });
+}
+
+/// A supervisor child that (re)starts a RouterActor from `args` and points `slot` at it. On a
+/// restart the actor books this router's in-flight requests again from `args.inflight`.
+pub fn router_child(
+    name: impl Into<String>,
+    args: RouterArgs,
+    slot: crate::supervisor::ActorSlot<RouterMsg>,
+) -> crate::supervisor::ChildSpec {
+    let name = name.into();
+    let actor_name = name.clone();
+    crate::supervisor::ChildSpec::new(name, move |supervisor| {
+        let args = args.clone();
+        let slot = slot.clone();
+        let actor_name = actor_name.clone();
+        Box::pin(async move {
+            let (actor, _) =
+                Actor::spawn_linked(Some(actor_name), RouterActor, args, supervisor).await?;
+            slot.set(actor.clone());
+            Ok(actor.get_cell())
+        })
+    })
 }

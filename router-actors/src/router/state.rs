@@ -5,6 +5,7 @@
 use super::{Paired, RouterMsg};
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomSnapshot};
+use crate::supervisor::InflightRegistry;
 use crate::wire::BookingDelta;
 use ractor::concurrency::JoinHandle;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
@@ -60,6 +61,10 @@ pub struct RouterState {
     published_epoch: Option<u64>,
     pub(super) paired: Option<Paired>,
     deltas: Option<mpsc::Sender<BookingDelta>>,
+    inflight: Option<InflightRegistry>,
+    /// Restored bookings whose rank is not known yet (a restarted actor learns its workers
+    /// again from their next announcements); booked as soon as the worker is back.
+    pending_restore: Vec<(RequestId, Booking)>,
     pub(super) counters: RouterCounters,
 }
 
@@ -78,6 +83,7 @@ impl RouterState {
         room_out: Option<RoomPublisher>,
         paired: Option<Paired>,
         deltas: Option<mpsc::Sender<BookingDelta>>,
+        inflight: Option<InflightRegistry>,
     ) -> Self {
         Self {
             router,
@@ -88,6 +94,8 @@ impl RouterState {
             published_epoch: None,
             paired,
             deltas,
+            inflight,
+            pending_restore: Vec::new(),
             counters: RouterCounters::default(),
         }
     }
@@ -96,11 +104,16 @@ impl RouterState {
         self.router.scheduler().owner()
     }
 
-    /// Books this router's own in-flight requests again after a restart.
+    /// Books this router's own in-flight requests again after a restart; those on ranks not
+    /// known yet wait for their worker's next announcement.
     pub(super) fn restore(&mut self, owner: RouterId, bookings: Vec<(RequestId, Booking)>) {
+        let ledger = self.router.scheduler_mut().ledger_mut();
         for (request, booking) in bookings {
-            let key = router_core::BookingKey::new(owner, request);
-            self.router.scheduler_mut().ledger_mut().book(key, booking);
+            if !ledger.has_rank(booking.rank) {
+                self.pending_restore.push((request, booking));
+                continue;
+            }
+            ledger.book(router_core::BookingKey::new(owner, request), booking);
         }
     }
 
@@ -165,7 +178,18 @@ impl RouterState {
         }
     }
 
+    /// Records an own change in the in-flight registry and queues it for peer sync.
     pub(super) fn emit(&mut self, delta: BookingDelta) {
+        if let Some(registry) = &self.inflight {
+            match &delta {
+                BookingDelta::Book { request, booking } => {
+                    registry.booked(*request, booking.clone())
+                }
+                BookingDelta::PrefillDone { request } => registry.prefill_done(*request),
+                BookingDelta::Release { request } => registry.released(*request),
+                BookingDelta::Reserve { .. } | BookingDelta::Unreserve { .. } => {}
+            }
+        }
         if let Some(tx) = &self.deltas
             && tx.try_send(delta).is_err()
         {
@@ -208,6 +232,11 @@ impl RouterState {
     }
 
     pub(super) fn release(&mut self, id: RequestId) {
+        if let Some(at) = self.pending_restore.iter().position(|(r, _)| *r == id) {
+            self.pending_restore.swap_remove(at);
+            self.emit(BookingDelta::Release { request: id });
+            return;
+        }
         if self.router.release(id) {
             self.emit(BookingDelta::Release { request: id });
             self.drain();
@@ -235,6 +264,11 @@ impl RouterState {
             self.counters.worker_errors += 1;
             tracing::warn!(worker = %id, %error, "worker announcement refused");
             return;
+        }
+        if !self.pending_restore.is_empty() {
+            let owner = self.owner();
+            let pending = std::mem::take(&mut self.pending_restore);
+            self.restore(owner, pending);
         }
         self.drain();
     }

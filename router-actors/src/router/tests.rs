@@ -37,7 +37,7 @@ fn args(role: PoolRole, clock: Clock) -> RouterArgs {
         paired: None,
         deltas: None,
         recheck_every: Duration::ZERO,
-        restore: Vec::new(),
+        inflight: None,
     }
 }
 

@@ -1,0 +1,150 @@
+//! Supervision: a RouterActor that fails mid-load is restarted behind the same handle with its
+//! own in-flight bookings restored (nothing leaks, nothing counts twice), and a child that
+//! keeps failing makes the supervisor escalate.
+
+use super::*;
+use crate::clock::Clock;
+use crate::router::{RouterArgs, RouterHandle, RouterMsg, router_child};
+use router_core::admission::{Phase, PoolRole, SchedulerConfig};
+use router_core::{
+    PolicyProfile, PoolRouterConfig, PrefixMode, Prompt, RequestId, RouteRequest, RouterId,
+    Timestamp, WorkerSpec,
+};
+use std::time::Duration;
+
+fn router_args(clock: Clock, inflight: InflightRegistry) -> RouterArgs {
+    RouterArgs {
+        config: PoolRouterConfig {
+            scheduler: SchedulerConfig::new(
+                PoolRole::Aggregated,
+                RouterId(uuid::Uuid::from_u128(1)),
+            ),
+            block_size: 16,
+            prefix: PrefixMode::Events,
+        },
+        profile: PolicyProfile::fallback(),
+        clock,
+        room_out: None,
+        paired: None,
+        deltas: None,
+        recheck_every: Duration::ZERO,
+        inflight: Some(inflight),
+    }
+}
+
+fn request(id: u128) -> RouteRequest {
+    let tokens = (0..64).map(|t| t + id as u32 * 1000).collect();
+    RouteRequest::new(
+        RequestId::from_u128(id),
+        Phase::Aggregated,
+        Prompt::Tokens(tokens),
+        Timestamp(0),
+    )
+}
+
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn worker() -> WorkerSpec {
+    let mut w = WorkerSpec::new(1, 1, 1000, 8192);
+    w.block_size = 16;
+    w
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_router_that_fails_mid_load_is_restarted_with_its_bookings_and_nothing_leaks() {
+    let clock = Clock::start();
+    let inflight = InflightRegistry::default();
+    let slot = ActorSlot::empty();
+    let child = router_child(
+        "router-agg",
+        router_args(clock, inflight.clone()),
+        slot.clone(),
+    );
+    let (supervisor, _) = Actor::spawn(
+        None,
+        NodeSupervisor,
+        SupervisorArgs {
+            children: vec![child],
+            policy: RestartPolicy::default(),
+        },
+    )
+    .await
+    .expect("supervisor starts");
+    let router = RouterHandle::from_slot(slot, clock);
+    router.upsert_worker(worker()).expect("alive");
+    for id in 1..=3 {
+        let out = router
+            .route(request(id))
+            .await
+            .expect("alive")
+            .expect("known class");
+        assert!(out.admitted().is_some(), "{out:?}");
+    }
+    assert_eq!(inflight.len(), 3);
+    router
+        .cast(RouterMsg::InjectFault("boom".into()))
+        .expect("alive");
+    settle().await;
+    tokio::time::advance(RestartPolicy::default().backoff).await;
+    settle().await;
+    // The same handle reaches the new actor, which booked the three again.
+    router.upsert_worker(worker()).expect("restarted");
+    let snap = router.observe().await.expect("restarted");
+    assert_eq!(snap.scheduler.ledger.bookings, 3);
+    let restarts = ractor::call!(supervisor, SupervisorMsg::Observe).expect("alive");
+    assert_eq!(restarts[0].restarts, 1);
+    for id in 1..=3 {
+        router.release(RequestId::from_u128(id)).expect("alive");
+    }
+    let snap = router.observe().await.expect("alive");
+    assert!(
+        snap.scheduler.ledger.is_idle(),
+        "{:?}",
+        snap.scheduler.ledger
+    );
+    assert!(inflight.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_child_that_keeps_failing_makes_the_supervisor_escalate() {
+    let clock = Clock::start();
+    let slot = ActorSlot::empty();
+    let child = router_child(
+        "router-agg",
+        router_args(clock, InflightRegistry::default()),
+        slot.clone(),
+    );
+    let policy = RestartPolicy {
+        max_restarts: 1,
+        window: Duration::from_secs(60),
+        backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+    };
+    let (_supervisor, stopped) = Actor::spawn(
+        None,
+        NodeSupervisor,
+        SupervisorArgs {
+            children: vec![child],
+            policy,
+        },
+    )
+    .await
+    .expect("supervisor starts");
+    let router = RouterHandle::from_slot(slot, clock);
+    for _ in 0..2 {
+        router
+            .cast(RouterMsg::InjectFault("again".into()))
+            .expect("alive");
+        settle().await;
+        tokio::time::advance(Duration::from_millis(20)).await;
+        settle().await;
+    }
+    tokio::time::timeout(Duration::from_secs(1), stopped)
+        .await
+        .expect("supervisor stopped")
+        .expect("joined");
+}
