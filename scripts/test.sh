@@ -16,5 +16,10 @@ cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== nats-server for the NATS bus tests (scripts/install-nats.sh)"
+./scripts/install-nats.sh
+NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
+export NATS_SERVER_BIN
+
 echo "== cargo test"
 cargo test --workspace --locked

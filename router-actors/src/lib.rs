@@ -5,6 +5,7 @@
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
+//! - `testkit`: test support, spawns processes (a real nats-server for the NATS bus tests).
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
@@ -13,6 +14,7 @@ pub mod clock;
 pub mod room_view;
 pub mod router;
 pub mod supervisor;
+pub mod testkit;
 pub mod wire;
 
 pub use clock::Clock;

@@ -3,17 +3,37 @@
 //! the embedded default and unit tests). Actors see typed messages from `crate::wire`, never
 //! raw bus messages.
 //!
-//! The contract both implementations keep:
-//! - delivery is at most once; a subscription sees messages published after it was made;
-//! - messages from one publisher on one subject arrive in publish order;
-//! - subjects are dot-separated tokens; a subscription may use `*` (one token) and `>` (one
-//!   or more trailing tokens), as NATS does;
+//! The contract both implementations keep, checked against both by
+//! `router-actors/tests/bus_contract.rs` (the NATS half against a real nats-server):
+//! - **subjects** are non-empty dot-separated tokens without whitespace ([`valid_subject`]);
+//!   a subscription may use `*` (exactly one token) and `>` (one or more trailing tokens,
+//!   last token only), as NATS does. Publishing to, requesting on or subscribing to an
+//!   invalid subject (a wildcard in a publish subject included) fails with
+//!   [`BusError::InvalidSubject`] and sends nothing;
+//! - **delivery** is at most once, to every subscription whose pattern matches;
+//! - a subscription sees exactly the messages published **after `subscribe` returned**
+//!   (for NATS: after the server has registered it), and none published before;
+//! - messages from one publisher on one subject arrive **in publish order**;
+//! - **payload bytes** arrive unchanged, the empty payload included. Both carry payloads up
+//!   to 512 KiB; NATS refuses one above the server's `max_payload` (1 MiB by default) with
+//!   [`BusError::Transport`], the in-process bus has no limit;
+//! - **dropping** a subscription stops its deliveries and does not affect other
+//!   subscriptions, on the same subject or any other; once it is dropped (for NATS: and the
+//!   dropping handle flushed) it no longer counts as a responder;
 //! - a subscriber that falls behind loses messages rather than slowing publishers (NATS's
 //!   slow-consumer rule; the in-process bus drops the newest and counts it);
-//! - `request` publishes with a private reply subject and waits for the first answer or the
-//!   timeout.
+//! - `request` publishes with a private reply subject (`_INBOX.…`) and returns the payload of
+//!   the first answer. A responder answers by `publish`ing on the message's `reply` subject.
+//!   With **no subscription matching** the subject the request fails promptly (without
+//!   waiting for the timeout) with [`BusError::NoResponders`]; with a matching subscription
+//!   but no answer within the timeout it fails with [`BusError::Timeout`];
+//! - `flush` returns once everything sent through this handle before it (messages,
+//!   subscriptions, drops of subscriptions) has been processed by the bus (NATS: a round trip
+//!   through the server); a no-op in process.
+//! - Failures of the connection or the client are [`BusError::Transport`] with the message.
 
 pub mod local;
+pub mod nats;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
