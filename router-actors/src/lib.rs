@@ -3,6 +3,7 @@
 //!
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
 //! - `router`: the RouterActor of one pool and its typed handle.
+//! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
 //! - `testkit`: test support, spawns processes (a real nats-server for the NATS bus tests).
@@ -11,6 +12,7 @@
 
 pub mod bus;
 pub mod clock;
+pub mod room_bus;
 pub mod room_view;
 pub mod router;
 pub mod supervisor;
