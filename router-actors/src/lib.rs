@@ -4,14 +4,22 @@
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
+//! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
+//!   removals on the pools' routers, and the endpoint directory the frontend reads.
+//! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
 pub mod bus;
 pub mod clock;
+pub mod edge;
+pub mod registry;
 pub mod room_view;
 pub mod router;
 pub mod wire;
 
 pub use clock::Clock;
+pub use registry::{
+    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
+};
 pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
