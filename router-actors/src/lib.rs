@@ -6,6 +6,8 @@
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
 //!   removals on the pools' routers, and the endpoint directory the frontend reads.
+//! - `kv_events`: the KvEventsActor of one pool: workers' KV events into the router's index,
+//!   counted by kind, with per-publisher sequence gaps.
 //! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
@@ -13,12 +15,14 @@
 pub mod bus;
 pub mod clock;
 pub mod edge;
+pub mod kv_events;
 pub mod registry;
 pub mod room_view;
 pub mod router;
 pub mod wire;
 
 pub use clock::Clock;
+pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
 pub use registry::{
     RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
 };
