@@ -8,6 +8,7 @@
 //!   removals on the pools' routers, and the endpoint directory the frontend reads.
 //! - `kv_events`: the KvEventsActor of one pool: workers' KV events into the router's index,
 //!   counted by kind, with per-publisher sequence gaps.
+//! - `worker_link`: the worker side (simulated engines): heartbeat announcements and KV events.
 //! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
@@ -20,6 +21,7 @@ pub mod registry;
 pub mod room_view;
 pub mod router;
 pub mod wire;
+pub mod worker_link;
 
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
@@ -27,3 +29,4 @@ pub use registry::{
     RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
 };
 pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use worker_link::WorkerLink;
