@@ -23,6 +23,9 @@ pub mod router;
 pub mod wire;
 pub mod worker_link;
 
+#[cfg(test)]
+mod workers_tests;
+
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
 pub use registry::{
