@@ -122,3 +122,23 @@ where
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inbox_holds_at_most_its_capacity_and_counts_overflow() {
+        let inbox = Inbox::new(2);
+        assert!(inbox.admit() && inbox.admit());
+        assert!(!inbox.admit(), "a third waiting message is dropped");
+        inbox.done();
+        assert!(inbox.admit());
+        let counts = inbox.counts();
+        assert_eq!((counts.pending, counts.overflow), (2, 1));
+        for _ in 0..5 {
+            inbox.done();
+        }
+        assert_eq!(inbox.counts().pending, 0, "done never goes below zero");
+    }
+}

@@ -599,9 +599,30 @@ async fn a_restarted_worker_process_is_a_new_incarnation() {
     settle(&bus).await;
     let snap = registry.observe().await.expect("alive");
     assert_eq!((snap.counters.incarnations, snap.workers.len()), (1, 2));
-    // Nothing is cached anywhere now: the cost tie between the idle workers is broken by the
-    // seeded selector, and the stale prefix no longer pulls to worker 1.
-    let state = router.observe().await.expect("alive");
-    assert_eq!(state.scheduler.ledger.ranks.len(), 2);
+    assert_eq!(
+        router
+            .observe()
+            .await
+            .map(|s| s.scheduler.ledger.ranks.len()),
+        Ok(2)
+    );
+    // Worker 1 carries a little load (a peer's 2-block booking). Had its stale prefix stayed
+    // in the index, the prompt would still go there (cost 2 + 2 + 8 = 12 against 16); with
+    // the new incarnation's empty cache it goes to the idle worker 2 (20 against 16).
+    router
+        .cast(crate::router::RouterMsg::Peer {
+            owner: RouterId(Uuid::from_u128(2)),
+            delta: crate::wire::BookingDelta::Book {
+                request: RequestId::from_u128(99),
+                booking: router_core::ledger::Booking {
+                    rank: RankId::new(1, 0),
+                    block_hashes: vec![],
+                    prefill_tokens: 32,
+                    extra_blocks: 2,
+                },
+            },
+        })
+        .expect("alive");
+    assert_eq!(placed(route(&router, 2, prompt).await), RankId::new(2, 0));
     assert_eq!(kv.observe().await.map(|s| s.counters.events.stored), Ok(1));
 }
