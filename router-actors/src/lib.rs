@@ -7,17 +7,35 @@
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
 //! - `testkit`: test support, spawns processes (a real nats-server for the NATS bus tests).
+//! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
+//!   removals on the pools' routers, and the endpoint directory the frontend reads.
+//! - `kv_events`: the KvEventsActor of one pool: workers' KV events into the router's index,
+//!   counted by kind, with per-publisher sequence gaps.
+//! - `worker_link`: the worker side (simulated engines): heartbeat announcements and KV events.
+//! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
 pub mod bus;
 pub mod clock;
+pub mod edge;
+pub mod kv_events;
+pub mod registry;
 pub mod room_bus;
 pub mod room_view;
 pub mod router;
 pub mod supervisor;
 pub mod testkit;
 pub mod wire;
+pub mod worker_link;
+
+#[cfg(test)]
+mod workers_tests;
 
 pub use clock::Clock;
+pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use registry::{
+    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
+};
 pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use worker_link::WorkerLink;

@@ -37,11 +37,21 @@ pub fn spawn_room_publisher(
         let mut signals = room.signals();
         while signals.changed().await.is_ok() {
             let epoch = *signals.borrow_and_update();
-            let sent = match outbox.seal(&subject, RoomChanged { epoch, classes: Vec::new() }) {
+            let sent = match outbox.seal(
+                &subject,
+                RoomChanged {
+                    epoch,
+                    classes: Vec::new(),
+                },
+            ) {
                 Ok(bytes) => bus.publish(subject.clone(), bytes).await.is_ok(),
                 Err(_) => false,
             };
-            let counter = if sent { &counters.published } else { &counters.publish_errors };
+            let counter = if sent {
+                &counters.published
+            } else {
+                &counters.publish_errors
+            };
             counter.fetch_add(1, Ordering::Relaxed);
         }
     })
