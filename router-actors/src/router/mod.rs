@@ -215,15 +215,12 @@ pub fn router_child(
     args: RouterArgs,
     slot: crate::supervisor::ActorSlot<RouterMsg>,
 ) -> crate::supervisor::ChildSpec {
-    let name = name.into();
-    let actor_name = name.clone();
+    // Not registered under a global ractor name: several nodes may share one process (tests).
     crate::supervisor::ChildSpec::new(name, move |supervisor| {
         let args = args.clone();
         let slot = slot.clone();
-        let actor_name = actor_name.clone();
         Box::pin(async move {
-            let (actor, _) =
-                Actor::spawn_linked(Some(actor_name), RouterActor, args, supervisor).await?;
+            let (actor, _) = Actor::spawn_linked(None, RouterActor, args, supervisor).await?;
             slot.set(actor.clone());
             Ok(actor.get_cell())
         })
