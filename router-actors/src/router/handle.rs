@@ -7,7 +7,8 @@ use crate::clock::Clock;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
-    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, WorkerId, WorkerSpec,
+    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, RouterId, WorkerId,
+    WorkerSpec,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +88,18 @@ impl RouterHandle {
 
     pub async fn own_state(&self) -> Result<OwnState, ActorGone> {
         match self.actor.call(RouterMsg::OwnState, None).await {
+            Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    /// What this router's ledger holds under `owner`.
+    pub async fn state_of(&self, owner: RouterId) -> Result<OwnState, ActorGone> {
+        match self
+            .actor
+            .call(|reply| RouterMsg::StateOf { owner, reply }, None)
+            .await
+        {
             Ok(CallResult::Success(s)) => Ok(s),
             _ => Err(ActorGone),
         }

@@ -102,6 +102,11 @@ pub enum RouterMsg {
     Observe(RpcReplyPort<RouterSnapshot>),
     /// This router's own live bookings and reservations (snapshots, digests).
     OwnState(RpcReplyPort<OwnState>),
+    /// What the ledger holds under one owner (a peer's, to check its heartbeat digest).
+    StateOf {
+        owner: RouterId,
+        reply: RpcReplyPort<OwnState>,
+    },
     /// Fault injection for supervision tests: the handler fails.
     #[doc(hidden)]
     InjectFault(String),
@@ -165,6 +170,9 @@ impl Actor for RouterActor {
             }
             RouterMsg::OwnState(reply) => {
                 let _ = reply.send(state.own_state());
+            }
+            RouterMsg::StateOf { owner, reply } => {
+                let _ = reply.send(state.state_of(owner));
             }
             RouterMsg::InjectFault(why) => return Err(why.into()),
         }

@@ -44,11 +44,16 @@ pub struct RouterSnapshot {
     pub counters: RouterCounters,
 }
 
-/// This router's own live state, for snapshots and digests.
+/// The live bookings and reservations one owner holds in this router's ledger (its own, for
+/// snapshots and heartbeat digests; a peer's, to compare with that peer's digest).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OwnState {
     pub bookings: Vec<(RequestId, Booking)>,
     pub reservations: Vec<(RequestId, Reservation)>,
+    /// Own deltas handed to the peer-sync queue before this state was read (0 for a peer's
+    /// state). The peer-sync actor publishes a digest or snapshot of this state right after
+    /// sequencing that many deltas, so it matches the sequence exactly.
+    pub deltas_sent: u64,
 }
 
 pub struct RouterState {
@@ -60,6 +65,7 @@ pub struct RouterState {
     published_epoch: Option<u64>,
     pub(super) paired: Option<Paired>,
     deltas: Option<mpsc::Sender<BookingDelta>>,
+    deltas_sent: u64,
     pub(super) counters: RouterCounters,
 }
 
@@ -88,6 +94,7 @@ impl RouterState {
             published_epoch: None,
             paired,
             deltas,
+            deltas_sent: 0,
             counters: RouterCounters::default(),
         }
     }
@@ -166,10 +173,11 @@ impl RouterState {
     }
 
     pub(super) fn emit(&mut self, delta: BookingDelta) {
-        if let Some(tx) = &self.deltas
-            && tx.try_send(delta).is_err()
-        {
-            self.counters.dropped_deltas += 1;
+        if let Some(tx) = &self.deltas {
+            match tx.try_send(delta) {
+                Ok(()) => self.deltas_sent += 1,
+                Err(_) => self.counters.dropped_deltas += 1,
+            }
         }
     }
 
@@ -262,7 +270,14 @@ impl RouterState {
     }
 
     pub(super) fn own_state(&self) -> OwnState {
-        let owner = self.owner();
+        OwnState {
+            deltas_sent: self.deltas_sent,
+            ..self.state_of(self.owner())
+        }
+    }
+
+    /// What this ledger holds under `owner`, sorted by request.
+    pub(super) fn state_of(&self, owner: RouterId) -> OwnState {
         let ledger = self.router.ledger();
         let mut bookings: Vec<(RequestId, Booking)> = ledger
             .keys_of(owner)
@@ -277,6 +292,7 @@ impl RouterState {
         OwnState {
             bookings,
             reservations,
+            deltas_sent: 0,
         }
     }
 
