@@ -22,7 +22,7 @@ use super::PeerSyncMsg;
 use super::state::{Peer, PeerSyncState, Repair};
 use crate::bus::BusMessage;
 use crate::router::RouterMsg;
-use crate::wire::{self, BookingMsg, SeqEvent, SnapshotReply, SnapshotRequest, digest_of};
+use crate::wire::{self, BookingMsg, SeqEvent, SnapshotReply, SnapshotRequest};
 use router_core::RouterId;
 use tokio::time::Instant;
 
@@ -139,14 +139,16 @@ impl PeerSyncState {
     }
 
     async fn check_digest(&mut self, owner: RouterId, digest: wire::Digest) {
-        let held = match self.router.state_of(owner).await {
-            Ok(held) => held,
+        if self.peers.get(&owner).is_none_or(|p| p.repair.is_some()) {
+            return; // a snapshot is on the way
+        }
+        let ours = match self.router.digest_of(owner).await {
+            Ok(held) => held.digest,
             Err(_) => {
                 self.counters.router_gone += 1;
                 return;
             }
         };
-        let ours = digest_of(&held.bookings, &held.reservations);
         let threshold = self.config.mismatch_threshold.max(1);
         let Some(peer) = self.peers.get_mut(&owner) else {
             return;
@@ -264,6 +266,7 @@ impl PeerSyncState {
             }
             next = seq + 1;
             if let Some(delta) = delta {
+                self.counters.replayed += 1;
                 self.forward(owner, RouterMsg::Peer { owner, delta });
             }
         }

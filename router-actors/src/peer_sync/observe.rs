@@ -15,6 +15,8 @@ pub struct PeerSyncCounters {
     pub heartbeats_sent: u64,
     /// Peers' deltas forwarded to the local router (including replays after a repair).
     pub applied: u64,
+    /// Deltas that arrived while a repair was on the way, applied again on its snapshot.
+    pub replayed: u64,
     /// Sequence gaps seen, and the messages they skipped.
     pub gaps: u64,
     pub missed: u64,

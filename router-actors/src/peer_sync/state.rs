@@ -7,8 +7,8 @@ use super::{PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
 use crate::bus::{Bus, BusMessage};
 use crate::router::{OwnState, RouterHandle, RouterMsg};
 use crate::wire::{
-    self, BookingDelta, BookingMsg, Envelope, Outbox, SeqTracker, SnapshotReply, SnapshotRequest,
-    WIRE_VERSION, WireCounters, digest_of,
+    self, BookingDelta, BookingMsg, Digest, Envelope, Outbox, SeqTracker, SnapshotReply,
+    SnapshotRequest, WIRE_VERSION, WireCounters,
 };
 use ractor::ActorRef;
 use router_core::{PoolRole, RouterId};
@@ -22,10 +22,17 @@ use tokio::time::Instant;
 /// What to publish once the own deltas it reflects have been sequenced.
 #[derive(Debug)]
 enum Answer {
-    Heartbeat,
+    Heartbeat(Digest),
     /// A `BookingMsg::Snapshot` on the bookings subject (answer to a broadcast ask).
-    Broadcast,
+    Broadcast(OwnState),
     /// A `SnapshotReply` to a targeted request's reply subject.
+    Reply(String, OwnState),
+}
+
+/// Which snapshot answer to defer.
+#[derive(Debug)]
+enum Target {
+    Broadcast,
     Reply(String),
 }
 
@@ -35,7 +42,6 @@ struct Deferred {
     after: u64,
     /// When it was read: one that waited a whole heartbeat period is published anyway.
     at: Instant,
-    state: OwnState,
     answer: Answer,
 }
 
@@ -196,24 +202,39 @@ impl PeerSyncState {
         }
     }
 
-    /// Reads our own state and publishes `answer` right after the deltas it reflects.
-    async fn defer(&mut self, answer: Answer) {
+    /// Our digest, published right after the own deltas it reflects.
+    async fn defer_heartbeat(&mut self) {
+        match self.router.digest_of(self.me).await {
+            Ok(d) => self.defer(d.deltas_sent, Answer::Heartbeat(d.digest)).await,
+            Err(_) => self.counters.router_gone += 1,
+        }
+    }
+
+    /// Our full state, sent right after the own deltas it reflects.
+    async fn defer_snapshot(&mut self, target: Target) {
+        match self.router.own_state().await {
+            Ok(state) => {
+                let after = state.deltas_sent;
+                let answer = match target {
+                    Target::Broadcast => Answer::Broadcast(state),
+                    Target::Reply(inbox) => Answer::Reply(inbox, state),
+                };
+                self.defer(after, answer).await;
+            }
+            Err(_) => self.counters.router_gone += 1,
+        }
+    }
+
+    async fn defer(&mut self, after: u64, answer: Answer) {
         if self.deferred.len() >= self.config.max_deferred {
             self.counters.dropped += 1;
             return;
         }
-        match self.router.own_state().await {
-            Ok(state) => self.deferred.push_back(Deferred {
-                after: state.deltas_sent,
-                at: Instant::now(),
-                state,
-                answer,
-            }),
-            Err(_) => {
-                self.counters.router_gone += 1;
-                return;
-            }
-        }
+        self.deferred.push_back(Deferred {
+            after,
+            at: Instant::now(),
+            answer,
+        });
         self.flush_deferred().await;
     }
 
@@ -223,23 +244,22 @@ impl PeerSyncState {
             .front()
             .is_some_and(|d| d.after <= self.sequenced)
         {
-            let Some(Deferred { state, answer, .. }) = self.deferred.pop_front() else {
+            let Some(Deferred { answer, .. }) = self.deferred.pop_front() else {
                 break;
             };
             match answer {
-                Answer::Heartbeat => {
-                    let digest = digest_of(&state.bookings, &state.reservations);
+                Answer::Heartbeat(digest) => {
                     let lease_ms = millis(self.config.lease);
                     self.publish(BookingMsg::Heartbeat { digest, lease_ms })
                         .await;
                     self.counters.heartbeats_sent += 1;
                 }
-                Answer::Broadcast => {
+                Answer::Broadcast(state) => {
                     let body = self.reply_body(state);
                     self.publish(BookingMsg::Snapshot(body)).await;
                     self.counters.snapshots_served += 1;
                 }
-                Answer::Reply(inbox) => {
+                Answer::Reply(inbox, state) => {
                     let envelope = Envelope {
                         v: WIRE_VERSION,
                         cluster: self.cluster.clone(),
@@ -297,9 +317,9 @@ impl PeerSyncState {
             return; // our own ask
         }
         match (envelope.body.owner, message.reply) {
-            (None, _) => self.defer(Answer::Broadcast).await,
+            (None, _) => self.defer_snapshot(Target::Broadcast).await,
             (Some(owner), Some(inbox)) if owner == self.me.0 => {
-                self.defer(Answer::Reply(inbox)).await;
+                self.defer_snapshot(Target::Reply(inbox)).await;
             }
             (Some(owner), None) if owner == self.me.0 => {
                 self.wire.malformed.fetch_add(1, Ordering::Relaxed);
@@ -311,7 +331,7 @@ impl PeerSyncState {
     /// Heartbeat, then expire peers silent for their lease.
     pub(super) async fn tick(&mut self) {
         self.force_stuck().await;
-        self.defer(Answer::Heartbeat).await;
+        self.defer_heartbeat().await;
         let now = Instant::now();
         let expired: Vec<RouterId> = self
             .peers

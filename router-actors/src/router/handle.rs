@@ -2,7 +2,7 @@
 //! prefill actor call. `route` stamps the arrival time before the message is sent, so time
 //! spent in the mailbox counts against the class deadline.
 
-use super::{OwnState, RouterMsg, RouterSnapshot};
+use super::{OwnState, OwnerDigest, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
@@ -101,6 +101,19 @@ impl RouterHandle {
             .await
         {
             Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    /// The digest of what this router's ledger holds under `owner` (its own: with the count
+    /// of deltas handed to peer sync).
+    pub async fn digest_of(&self, owner: RouterId) -> Result<OwnerDigest, ActorGone> {
+        match self
+            .actor
+            .call(|reply| RouterMsg::DigestOf { owner, reply }, None)
+            .await
+        {
+            Ok(CallResult::Success(d)) => Ok(d),
             _ => Err(ActorGone),
         }
     }

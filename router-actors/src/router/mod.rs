@@ -16,7 +16,7 @@ mod state;
 mod tests;
 
 pub use handle::{ActorGone, RouterHandle};
-pub use state::{OwnState, RouterCounters, RouterSnapshot};
+pub use state::{OwnState, OwnerDigest, RouterCounters, RouterSnapshot};
 
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomReader};
@@ -107,6 +107,11 @@ pub enum RouterMsg {
         owner: RouterId,
         reply: RpcReplyPort<OwnState>,
     },
+    /// The digest of what the ledger holds under one owner (heartbeats, and checking them).
+    DigestOf {
+        owner: RouterId,
+        reply: RpcReplyPort<OwnerDigest>,
+    },
     /// Fault injection for supervision tests: the handler fails.
     #[doc(hidden)]
     InjectFault(String),
@@ -173,6 +178,9 @@ impl Actor for RouterActor {
             }
             RouterMsg::StateOf { owner, reply } => {
                 let _ = reply.send(state.state_of(owner));
+            }
+            RouterMsg::DigestOf { owner, reply } => {
+                let _ = reply.send(state.digest_of(owner));
             }
             RouterMsg::InjectFault(why) => return Err(why.into()),
         }

@@ -5,7 +5,7 @@
 use super::{Paired, RouterMsg};
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomSnapshot};
-use crate::wire::BookingDelta;
+use crate::wire::{BookingDelta, Digest, digest_from};
 use ractor::concurrency::JoinHandle;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use router_core::admission::SchedulerSnapshot;
@@ -42,6 +42,14 @@ pub struct RouterSnapshot {
     pub scheduler: SchedulerSnapshot,
     pub waiting_replies: usize,
     pub counters: RouterCounters,
+}
+
+/// The digest of what one owner holds in this router's ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OwnerDigest {
+    pub digest: Digest,
+    /// As in `OwnState` (0 for a peer).
+    pub deltas_sent: u64,
 }
 
 /// The live bookings and reservations one owner holds in this router's ledger (its own, for
@@ -273,6 +281,22 @@ impl RouterState {
         OwnState {
             deltas_sent: self.deltas_sent,
             ..self.state_of(self.owner())
+        }
+    }
+
+    /// The digest of what this ledger holds under `owner`, without copying it.
+    pub(super) fn digest_of(&self, owner: RouterId) -> OwnerDigest {
+        let ledger = self.router.ledger();
+        OwnerDigest {
+            digest: digest_from(
+                ledger.keys_of(owner).map(|(k, b)| (k.request, b)),
+                ledger.reservations_of(owner).map(|(k, r)| (k.request, r)),
+            ),
+            deltas_sent: if owner == self.owner() {
+                self.deltas_sent
+            } else {
+                0
+            },
         }
     }
 

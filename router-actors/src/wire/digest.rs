@@ -68,14 +68,25 @@ pub fn digest_of(
     bookings: &[(RequestId, Booking)],
     reservations: &[(RequestId, Reservation)],
 ) -> Digest {
-    let checksum = bookings
-        .iter()
-        .map(|(id, b)| booking_hash(*id, b))
-        .chain(reservations.iter().map(|(id, r)| reservation_hash(*id, r)))
-        .fold(0u64, u64::wrapping_add);
-    Digest {
-        bookings: bookings.len() as u64,
-        reservations: reservations.len() as u64,
-        checksum,
+    digest_from(
+        bookings.iter().map(|(id, b)| (*id, b)),
+        reservations.iter().map(|(id, r)| (*id, r)),
+    )
+}
+
+/// The same digest over borrowed items, so a ledger can be digested without copying it.
+pub fn digest_from<'a>(
+    bookings: impl IntoIterator<Item = (RequestId, &'a Booking)>,
+    reservations: impl IntoIterator<Item = (RequestId, &'a Reservation)>,
+) -> Digest {
+    let mut digest = Digest::default();
+    for (id, b) in bookings {
+        digest.bookings += 1;
+        digest.checksum = digest.checksum.wrapping_add(booking_hash(id, b));
     }
+    for (id, r) in reservations {
+        digest.reservations += 1;
+        digest.checksum = digest.checksum.wrapping_add(reservation_hash(id, r));
+    }
+    digest
 }

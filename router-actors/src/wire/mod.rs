@@ -8,7 +8,7 @@ mod messages;
 mod seq;
 mod subjects;
 
-pub use digest::{booking_hash, digest_of, reservation_hash};
+pub use digest::{booking_hash, digest_from, digest_of, reservation_hash};
 pub use messages::{
     BookingDelta, BookingMsg, Digest, KvEventBatch, RoomChanged, SnapshotReply, SnapshotRequest,
     WorkerAnnounce, WorkerLoad,

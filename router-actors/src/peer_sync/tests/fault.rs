@@ -1,5 +1,6 @@
-//! Fault injection around a real bus: the Nth publish on one subject made through this
-//! wrapper is dropped or delivered twice; everything else passes through unchanged.
+//! Fault injection around a real bus: the chosen publishes on one subject made through
+//! this wrapper are dropped or delivered twice, and answers to
+//! requests may be held back; everything else passes through unchanged.
 
 use crate::bus::{Bus, BusError, Subscription};
 use bytes::Bytes;
@@ -17,30 +18,52 @@ pub(super) enum Fault {
 pub(super) struct FaultBus {
     inner: Arc<dyn Bus>,
     subject: String,
-    nth: u64,
+    pick: Box<dyn Fn(u64) -> bool + Send + Sync>,
     fault: Fault,
+    /// Answers to requests made through this wrapper are held back this long.
+    reply_delay: Duration,
     seen: AtomicU64,
     pub(super) injected: AtomicU64,
 }
 
 impl FaultBus {
+    /// Faults the `nth` publish on `subject` (1-based).
     pub(super) fn new(inner: Arc<dyn Bus>, subject: String, nth: u64, fault: Fault) -> Self {
+        Self::picking(inner, subject, Box::new(move |i| i == nth), fault)
+    }
+
+    /// Faults every publish on `subject` whose 1-based index `pick` selects.
+    pub(super) fn picking(
+        inner: Arc<dyn Bus>,
+        subject: String,
+        pick: Box<dyn Fn(u64) -> bool + Send + Sync>,
+        fault: Fault,
+    ) -> Self {
         Self {
             inner,
             subject,
-            nth,
+            pick,
             fault,
+            reply_delay: Duration::ZERO,
             seen: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         }
     }
 }
 
+impl FaultBus {
+    /// Holds back every answer to a request by `delay` (tokio time).
+    pub(super) fn delaying_replies(mut self, delay: Duration) -> Self {
+        self.reply_delay = delay;
+        self
+    }
+}
+
 impl Bus for FaultBus {
     fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
         Box::pin(async move {
-            let hit =
-                subject == self.subject && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth;
+            let hit = subject == self.subject
+                && (self.pick)(self.seen.fetch_add(1, Ordering::SeqCst) + 1);
             if !hit {
                 return self.inner.publish(subject, payload).await;
             }
@@ -65,7 +88,11 @@ impl Bus for FaultBus {
         payload: Bytes,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Bytes, BusError>> {
-        self.inner.request(subject, payload, timeout)
+        Box::pin(async move {
+            let answer = self.inner.request(subject, payload, timeout).await;
+            tokio::time::sleep(self.reply_delay).await;
+            answer
+        })
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), BusError>> {

@@ -43,7 +43,7 @@ pub(super) struct Node {
     pub(super) id: RouterId,
     pub(super) router: RouterHandle,
     pub(super) sync: PeerSyncHandle,
-    next: u128,
+    pub(super) next: u128,
 }
 
 pub(super) fn router_id(n: u128) -> RouterId {

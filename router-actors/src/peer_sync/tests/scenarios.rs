@@ -27,6 +27,9 @@ on_local_bus!(
     digest_drift_from_a_delta_lost_before_sequencing_is_repaired,
     a_late_node_sees_existing_bookings_before_it_reports_ready,
     malformed_and_foreign_payloads_are_counted_and_ignored,
+    a_restarted_peer_replaces_what_its_previous_run_held,
+    three_routers_converge_over_a_lossy_link_and_end_idle,
+    deltas_arriving_while_a_snapshot_is_on_the_way_are_applied_on_top_of_it,
 );
 
 /// Books, marks prefill done and releases at random on both nodes.
@@ -317,4 +320,121 @@ pub(super) async fn malformed_and_foreign_payloads_are_counted_and_ignored(bus: 
             .ledger
             .is_idle()
     );
+}
+
+pub(super) async fn a_restarted_peer_replaces_what_its_previous_run_held(bus: Arc<dyn Bus>) {
+    let a = start_node(bus.clone(), 1).await;
+    let mut b = start_node(bus.clone(), 2).await;
+    sleep_ms(400).await;
+    for seed in 0..3 {
+        b.book(1, seed).await;
+    }
+    sleep_ms(600).await;
+    assert_eq!(a.held(b.id).await.bookings.len(), 3);
+    b.stop();
+    sleep_ms(10).await;
+    // Same router id, a fresh run (its sequence starts again at 1), well within the lease.
+    let mut b = start_node(bus.clone(), 2).await;
+    b.next = 100;
+    b.book(2, 7).await;
+    sleep_ms(50).await;
+    assert_eq!(a.held(b.id).await, b.own().await);
+    assert_eq!(a.held(b.id).await.bookings.len(), 1);
+    sleep_ms(1500).await;
+    let c = a.observe().await.counters;
+    assert_eq!(
+        (c.stale, c.gaps, c.digest_mismatches, c.expired_peers),
+        (0, 0, 0, 0),
+        "{c:?}"
+    );
+    assert_converged(&[&a, &b]).await;
+}
+
+pub(super) async fn three_routers_converge_over_a_lossy_link_and_end_idle(bus: Arc<dyn Bus>) {
+    let subject = Subjects::new(CLUSTER).bookings(POOL);
+    // Every 11th message c publishes is lost.
+    let lossy = Arc::new(FaultBus::picking(
+        bus.clone(),
+        subject,
+        Box::new(|i| i % 11 == 0),
+        Fault::Drop,
+    ));
+    let mut a = start_node(bus.clone(), 1).await;
+    let mut b = start_node(bus.clone(), 2).await;
+    let mut c = start_node(lossy.clone(), 3).await;
+    sleep_ms(400).await;
+    let mut rng = Rng::new(2024);
+    let mut live = vec![Vec::new(), Vec::new(), Vec::new()];
+    random_stream(&mut [&mut a, &mut b, &mut c], &mut live, &mut rng, 600).await;
+    // Losses at the end of the stream show up as gaps in the next heartbeats.
+    sleep_ms(1500).await;
+    assert!(lossy.injected.load(std::sync::atomic::Ordering::SeqCst) >= 10);
+    assert_converged(&[&a, &b, &c]).await;
+    for node in [&a, &b] {
+        let k = node.observe().await.counters;
+        assert!(k.gaps >= 10 && k.snapshots_applied >= 10, "{k:?}");
+    }
+    release_all(&[&a, &b, &c], &mut live).await;
+    sleep_ms(1500).await;
+    assert_converged(&[&a, &b, &c]).await;
+    for node in [&a, &b, &c] {
+        let ledger = node.router.observe().await.expect("alive").scheduler.ledger;
+        assert!(ledger.is_idle(), "{} not idle: {ledger:?}", node.id);
+    }
+    let k = c.observe().await.counters;
+    assert_eq!(
+        (k.gaps, k.digest_mismatches),
+        (0, 0),
+        "c's inbound link is clean: {k:?}"
+    );
+}
+
+pub(super) async fn deltas_arriving_while_a_snapshot_is_on_the_way_are_applied_on_top_of_it(
+    bus: Arc<dyn Bus>,
+) {
+    let subject = Subjects::new(CLUSTER).bookings(POOL);
+    // a's snapshot answers take 40 ms to come back; b's 4th message is lost.
+    let slow = Arc::new(
+        FaultBus::picking(
+            bus.clone(),
+            subject.clone(),
+            Box::new(|_| false),
+            Fault::Drop,
+        )
+        .delaying_replies(Duration::from_millis(40)),
+    );
+    let lossy = Arc::new(FaultBus::new(bus.clone(), subject, 4, Fault::Drop));
+    let a = start_node(slow, 1).await;
+    let mut b = start_node(lossy, 2).await;
+    sleep_ms(400).await;
+    let mut held = Vec::new();
+    for seed in 0..30 {
+        held.push(b.book(1, seed).await);
+        if seed % 3 == 2 {
+            b.router.release(held.remove(0)).expect("alive");
+        }
+        sleep_ms(5).await;
+    }
+    sleep_ms(100).await;
+    let c = a.observe().await.counters;
+    assert_eq!(c.gaps, 1, "{c:?}");
+    assert!(
+        c.replayed >= 5,
+        "deltas after the snapshot were replayed: {c:?}"
+    );
+    assert_converged(&[&a, &b]).await;
+    for id in held {
+        b.router.release(id).expect("alive");
+    }
+    sleep_ms(50).await;
+    assert!(
+        a.router
+            .observe()
+            .await
+            .expect("alive")
+            .scheduler
+            .ledger
+            .is_idle()
+    );
+    assert_eq!(a.observe().await.counters.digest_mismatches, 0);
 }
