@@ -18,4 +18,4 @@ pub mod wire;
 
 pub use clock::Clock;
 pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
-pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use router::{OwnDelta, Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};

@@ -26,6 +26,10 @@ use crate::wire::{self, BookingMsg, SeqEvent, SnapshotReply, SnapshotRequest};
 use router_core::RouterId;
 use tokio::time::Instant;
 
+/// A peer's advertised lease is honoured up to this many times our own (a bad value must
+/// not keep a dead peer's bookings forever).
+const MAX_LEASE_FACTOR: u32 = 10;
+
 impl PeerSyncState {
     pub(super) async fn inbound(&mut self, message: &BusMessage) {
         let envelope = match wire::decode::<BookingMsg>(&message.payload, self.cluster()) {
@@ -65,10 +69,16 @@ impl PeerSyncState {
             needs_repair: false,
         });
         peer.last_seen = Instant::now();
+        if let SeqEvent::Gap { missed } = event {
+            self.counters.gaps += 1;
+            self.counters.missed += missed;
+        }
         let limit = self.config.repair_buffer;
+        let max_lease = self.config.lease.saturating_mul(MAX_LEASE_FACTOR);
         let mut heartbeat = None;
         match envelope.body {
             BookingMsg::Snapshot(reply) => {
+                // A full state: whatever was missed before it no longer matters.
                 self.apply_snapshot(owner, reply, seq);
                 return;
             }
@@ -80,7 +90,7 @@ impl PeerSyncState {
             }
             BookingMsg::Heartbeat { digest, lease_ms } => {
                 if lease_ms > 0 {
-                    peer.lease = std::time::Duration::from_millis(lease_ms);
+                    peer.lease = std::time::Duration::from_millis(lease_ms).min(max_lease);
                 }
                 match &mut peer.repair {
                     Some(repair) => buffer(repair, limit, seq, None),
@@ -89,11 +99,7 @@ impl PeerSyncState {
             }
         }
         match event {
-            SeqEvent::Gap { missed } => {
-                self.counters.gaps += 1;
-                self.counters.missed += missed;
-                self.start_repair(owner);
-            }
+            SeqEvent::Gap { .. } => self.start_repair(owner),
             SeqEvent::First if seq > 1 => self.start_repair(owner),
             _ => {}
         }

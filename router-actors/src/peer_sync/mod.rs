@@ -6,9 +6,10 @@
 //! own snapshot on `router.<pool>.snapshot`, and expires a peer silent for its lease.
 //!
 //! Exactness: a heartbeat digest, and a snapshot, are taken from the RouterActor's own
-//! state together with the count of own deltas it had handed over by then; this actor
-//! publishes them right after sequencing that many deltas, so a digest or snapshot at
-//! sequence `n` reflects exactly deltas `..n`. A receiver that applied every message up to
+//! state together with the count of own deltas it had handed over by then (each delta
+//! carries its index in that count); this actor publishes them right after sequencing the
+//! delta of that index, so a digest or snapshot at sequence `n` reflects exactly the
+//! messages before `n`. A receiver that applied every message up to
 //! `n` holds exactly that digest; a mismatch means something was lost (a delta dropped
 //! before it was sequenced, a lost message), never a race.
 //!
@@ -38,8 +39,8 @@ mod tests;
 pub use observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
 
 use crate::bus::{Bus, BusMessage};
-use crate::router::{ActorGone, RouterHandle};
-use crate::wire::{BookingDelta, SnapshotReply, Subjects};
+use crate::router::{ActorGone, OwnDelta, RouterHandle};
+use crate::wire::{SnapshotReply, Subjects};
 use futures::StreamExt;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
@@ -93,7 +94,7 @@ pub struct PeerSyncArgs {
     pub me: RouterId,
     pub router: RouterHandle,
     /// The RouterActor's own deltas (`RouterArgs::deltas`'s other end).
-    pub deltas: mpsc::Receiver<BookingDelta>,
+    pub deltas: mpsc::Receiver<OwnDelta>,
     pub config: PeerSyncConfig,
     /// Set to true once the starting snapshot window has passed.
     pub ready: watch::Sender<bool>,
@@ -107,7 +108,7 @@ impl PeerSyncArgs {
         pool: PoolRole,
         me: RouterId,
         router: RouterHandle,
-        deltas: mpsc::Receiver<BookingDelta>,
+        deltas: mpsc::Receiver<OwnDelta>,
     ) -> (Self, watch::Receiver<bool>) {
         let (ready, ready_rx) = watch::channel(false);
         let args = Self {
@@ -137,7 +138,7 @@ impl std::fmt::Debug for PeerSyncArgs {
 #[derive(Debug)]
 pub enum PeerSyncMsg {
     /// Own deltas from the router, in order; the reply paces the forwarder.
-    OwnDeltas(Vec<BookingDelta>, RpcReplyPort<()>),
+    OwnDeltas(Vec<OwnDelta>, RpcReplyPort<()>),
     /// A raw message from the bookings subject.
     Bookings(BusMessage, RpcReplyPort<()>),
     /// A raw message from the snapshot subject.
@@ -270,7 +271,7 @@ fn forward(
 
 /// Feeds the router's own deltas to the actor in order, in batches.
 fn forward_deltas(
-    mut deltas: mpsc::Receiver<BookingDelta>,
+    mut deltas: mpsc::Receiver<OwnDelta>,
     actor: ActorRef<PeerSyncMsg>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {

@@ -5,7 +5,7 @@
 use super::observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
 use super::{PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
 use crate::bus::{Bus, BusMessage};
-use crate::router::{OwnState, RouterHandle, RouterMsg};
+use crate::router::{OwnDelta, OwnState, RouterHandle, RouterMsg};
 use crate::wire::{
     self, BookingDelta, BookingMsg, Digest, Envelope, Outbox, SeqTracker, SnapshotReply,
     SnapshotRequest, WIRE_VERSION, WireCounters,
@@ -77,7 +77,7 @@ pub struct PeerSyncState {
     ready: watch::Sender<bool>,
     pub(super) myself: ActorRef<PeerSyncMsg>,
     pub(super) outbox: Outbox,
-    /// Own deltas sequenced so far.
+    /// Index of the last own delta sequenced (the router's count of deltas handed over).
     sequenced: u64,
     deferred: VecDeque<Deferred>,
     pub(super) tracker: SeqTracker,
@@ -101,7 +101,7 @@ impl PeerSyncState {
     pub(super) fn new(
         args: PeerSyncArgs,
         myself: ActorRef<PeerSyncMsg>,
-    ) -> (Self, mpsc::Receiver<BookingDelta>) {
+    ) -> (Self, mpsc::Receiver<OwnDelta>) {
         let state = Self {
             bus: args.bus,
             cluster: args.subjects.cluster().to_owned(),
@@ -193,10 +193,10 @@ impl PeerSyncState {
         }
     }
 
-    pub(super) async fn own_deltas(&mut self, batch: Vec<BookingDelta>) {
-        for delta in batch {
+    pub(super) async fn own_deltas(&mut self, batch: Vec<OwnDelta>) {
+        for OwnDelta { index, delta } in batch {
             self.publish(BookingMsg::Delta(delta)).await;
-            self.sequenced += 1;
+            self.sequenced = self.sequenced.max(index);
             self.counters.own_deltas += 1;
             self.flush_deferred().await;
         }
@@ -283,9 +283,10 @@ impl PeerSyncState {
     }
 
     /// The router counts a delta as handed over once it is in the queue, so every one of
-    /// them reaches us. Should one be missing anyway, an answer waiting for it a whole
-    /// heartbeat period is published now and the count re-based (peers then see the digest
-    /// drift and repair), rather than stalling heartbeats until peers expire us.
+    /// them reaches us, and a missing index is skipped over by the next delta's index.
+    /// Should the last ones before an answer be missing, it is published once it has waited
+    /// a whole heartbeat period (peers then see the digest drift and repair), rather than
+    /// stalling heartbeats until peers expire us.
     async fn force_stuck(&mut self) {
         let now = Instant::now();
         let stuck = self.deferred.front().and_then(|d| {
@@ -296,7 +297,7 @@ impl PeerSyncState {
             tracing::warn!(
                 sequenced = self.sequenced,
                 after,
-                "own deltas missing; re-basing the count"
+                "own deltas missing; publishing without them"
             );
             self.sequenced = self.sequenced.max(after);
             self.flush_deferred().await;

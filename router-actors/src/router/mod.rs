@@ -49,7 +49,7 @@ pub struct RouterArgs {
     pub paired: Option<Paired>,
     /// Own booking deltas, for the peer-sync actor. Bounded: when full, deltas are dropped
     /// and counted (peers then see a digest drift and ask for a snapshot).
-    pub deltas: Option<mpsc::Sender<BookingDelta>>,
+    pub deltas: Option<mpsc::Sender<OwnDelta>>,
     /// A slow periodic drain that guards against a lost room hint.
     pub recheck_every: Duration,
     /// Bookings to restore before serving (a restart): this router's own in-flight ones.
@@ -62,6 +62,15 @@ impl std::fmt::Debug for RouterArgs {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// One of this router's own deltas with its index: how many deltas had been handed to the
+/// peer-sync queue, this one included. `OwnState::deltas_sent` counts the same way, so the
+/// peer-sync actor knows exactly which deltas a state read reflects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnDelta {
+    pub index: u64,
+    pub delta: BookingDelta,
 }
 
 #[derive(Debug)]

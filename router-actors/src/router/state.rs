@@ -2,7 +2,7 @@
 //! publishing deltas, casting reservations), draining, the deadline timer, and publishing the
 //! decode room.
 
-use super::{Paired, RouterMsg};
+use super::{OwnDelta, Paired, RouterMsg};
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomSnapshot};
 use crate::wire::{BookingDelta, Digest, digest_from};
@@ -72,7 +72,7 @@ pub struct RouterState {
     room_out: Option<RoomPublisher>,
     published_epoch: Option<u64>,
     pub(super) paired: Option<Paired>,
-    deltas: Option<mpsc::Sender<BookingDelta>>,
+    deltas: Option<mpsc::Sender<OwnDelta>>,
     deltas_sent: u64,
     pub(super) counters: RouterCounters,
 }
@@ -91,7 +91,7 @@ impl RouterState {
         clock: Clock,
         room_out: Option<RoomPublisher>,
         paired: Option<Paired>,
-        deltas: Option<mpsc::Sender<BookingDelta>>,
+        deltas: Option<mpsc::Sender<OwnDelta>>,
     ) -> Self {
         Self {
             router,
@@ -182,7 +182,8 @@ impl RouterState {
 
     pub(super) fn emit(&mut self, delta: BookingDelta) {
         if let Some(tx) = &self.deltas {
-            match tx.try_send(delta) {
+            let index = self.deltas_sent + 1;
+            match tx.try_send(OwnDelta { index, delta }) {
                 Ok(()) => self.deltas_sent += 1,
                 Err(_) => self.counters.dropped_deltas += 1,
             }

@@ -7,7 +7,7 @@ mod scenarios;
 
 use super::*;
 use crate::clock::Clock;
-use crate::router::{OwnState, RouterActor, RouterArgs};
+use crate::router::{OwnDelta, OwnState, RouterActor, RouterArgs};
 use router_core::admission::{Phase, SchedulerConfig};
 use router_core::{
     Outcome, PolicyProfile, PoolRouterConfig, PrefixMode, Prompt, RequestId, RouteRequest,
@@ -113,10 +113,7 @@ pub(super) async fn start_node(bus: Arc<dyn Bus>, n: u128) -> Node {
 
 /// Passes the router's deltas on, except those whose 1-based index `keep` refuses (a
 /// delta lost before it was sequenced).
-fn tapped(
-    mut rx: mpsc::Receiver<BookingDelta>,
-    keep: fn(u64) -> bool,
-) -> mpsc::Receiver<BookingDelta> {
+fn tapped(mut rx: mpsc::Receiver<OwnDelta>, keep: fn(u64) -> bool) -> mpsc::Receiver<OwnDelta> {
     let (tx, out) = mpsc::channel(1024);
     tokio::spawn(async move {
         let mut i = 0;
