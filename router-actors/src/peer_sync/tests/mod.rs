@@ -1,8 +1,25 @@
 //! Peer-sync behaviour, written against `Arc<dyn Bus>` so every scenario can run on NATS
 //! as well; here they run on the in-process bus with paused tokio time. Faults are
-//! injected, not mocked: `FaultBus` wraps a real bus and drops or duplicates one publish.
+//! injected, not mocked: `FaultBus` wraps a real bus and drops or duplicates chosen
+//! publishes or holds back request answers. Files: `scenarios.rs` (life cycle), `repairs.rs`
+//! (loss and repair), `fault.rs` (the wrapper).
+
+/// Runs each scenario on a fresh in-process bus with paused time.
+macro_rules! on_local_bus {
+    ($($name:ident),* $(,)?) => {
+        mod local_bus {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() {
+                    super::$name(std::sync::Arc::new(crate::bus::local::LocalBus::new())).await;
+                }
+            )*
+        }
+    };
+}
 
 mod fault;
+mod repairs;
 mod scenarios;
 
 use super::*;
@@ -195,5 +212,44 @@ impl Rng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+/// Books, marks prefill done and releases at random on both nodes.
+pub(super) async fn random_stream(
+    nodes: &mut [&mut Node],
+    live: &mut [Vec<RequestId>],
+    rng: &mut Rng,
+    steps: usize,
+) {
+    for _ in 0..steps {
+        let which = rng.below(nodes.len() as u64) as usize;
+        let node = &mut nodes[which];
+        let held = &mut live[which];
+        match rng.below(5) {
+            0 | 1 => {
+                let blocks = 1 + rng.below(4) as u32;
+                let id = node.book(blocks, rng.below(40) as u32).await;
+                held.push(id);
+            }
+            2 if !held.is_empty() => {
+                let i = rng.below(held.len() as u64) as usize;
+                node.router.prefill_done(held[i]).expect("alive");
+            }
+            _ if !held.is_empty() => {
+                let i = rng.below(held.len() as u64) as usize;
+                node.router.release(held.swap_remove(i)).expect("alive");
+            }
+            _ => {}
+        }
+        sleep_ms(rng.below(8)).await;
+    }
+}
+
+pub(super) async fn release_all(nodes: &[&Node], live: &mut [Vec<RequestId>]) {
+    for (node, held) in nodes.iter().zip(live.iter_mut()) {
+        for id in held.drain(..) {
+            node.router.release(id).expect("alive");
+        }
     }
 }
