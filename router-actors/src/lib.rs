@@ -2,6 +2,8 @@
 //! scheduler, and the bus (NATS or in-process) at one edge.
 //!
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
+//! - `peer_sync`: keeps router replicas' ledgers in step over the bus (deltas, heartbeats
+//!   with digests, snapshot repair, lease expiry).
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
@@ -20,6 +22,7 @@ pub mod bus;
 pub mod clock;
 pub mod edge;
 pub mod kv_events;
+pub mod peer_sync;
 pub mod registry;
 pub mod room_bus;
 pub mod room_view;
@@ -34,8 +37,9 @@ mod workers_tests;
 
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
 pub use registry::{
     RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
 };
-pub use router::{Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use router::{OwnDelta, Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
 pub use worker_link::WorkerLink;

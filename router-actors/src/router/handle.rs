@@ -2,13 +2,14 @@
 //! prefill actor call. `route` stamps the arrival time before the message is sent, so time
 //! spent in the mailbox counts against the class deadline.
 
-use super::{OwnState, RouterMsg, RouterSnapshot};
+use super::{OwnState, OwnerDigest, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
 use crate::supervisor::ActorSlot;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
-    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, WorkerId, WorkerSpec,
+    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, RouterId, WorkerId,
+    WorkerSpec,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +121,35 @@ impl RouterHandle {
             .await
         {
             Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    /// What this router's ledger holds under `owner`.
+    pub async fn state_of(&self, owner: RouterId) -> Result<OwnState, ActorGone> {
+        match self
+            .slot
+            .get()
+            .ok_or(ActorGone)?
+            .call(|reply| RouterMsg::StateOf { owner, reply }, None)
+            .await
+        {
+            Ok(CallResult::Success(s)) => Ok(s),
+            _ => Err(ActorGone),
+        }
+    }
+
+    /// The digest of what this router's ledger holds under `owner` (its own: with the count
+    /// of deltas handed to peer sync).
+    pub async fn digest_of(&self, owner: RouterId) -> Result<OwnerDigest, ActorGone> {
+        match self
+            .slot
+            .get()
+            .ok_or(ActorGone)?
+            .call(|reply| RouterMsg::DigestOf { owner, reply }, None)
+            .await
+        {
+            Ok(CallResult::Success(d)) => Ok(d),
             _ => Err(ActorGone),
         }
     }

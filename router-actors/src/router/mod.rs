@@ -16,7 +16,7 @@ mod state;
 mod tests;
 
 pub use handle::{ActorGone, RouterHandle};
-pub use state::{OwnState, RouterCounters, RouterSnapshot};
+pub use state::{OwnState, OwnerDigest, RouterCounters, RouterSnapshot};
 
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomReader};
@@ -51,7 +51,7 @@ pub struct RouterArgs {
     pub paired: Option<Paired>,
     /// Own booking deltas, for the peer-sync actor. Bounded: when full, deltas are dropped
     /// and counted (peers then see a digest drift and ask for a snapshot).
-    pub deltas: Option<mpsc::Sender<BookingDelta>>,
+    pub deltas: Option<mpsc::Sender<OwnDelta>>,
     /// A slow periodic drain that guards against a lost room hint.
     pub recheck_every: Duration,
     /// The node's registry of this router's own live bookings: kept up to date by the
@@ -65,6 +65,15 @@ impl std::fmt::Debug for RouterArgs {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// One of this router's own deltas with its index: how many deltas had been handed to the
+/// peer-sync queue, this one included. `OwnState::deltas_sent` counts the same way, so the
+/// peer-sync actor knows exactly which deltas a state read reflects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnDelta {
+    pub index: u64,
+    pub delta: BookingDelta,
 }
 
 #[derive(Debug)]
@@ -105,6 +114,16 @@ pub enum RouterMsg {
     Observe(RpcReplyPort<RouterSnapshot>),
     /// This router's own live bookings and reservations (snapshots, digests).
     OwnState(RpcReplyPort<OwnState>),
+    /// What the ledger holds under one owner (a peer's, to check its heartbeat digest).
+    StateOf {
+        owner: RouterId,
+        reply: RpcReplyPort<OwnState>,
+    },
+    /// The digest of what the ledger holds under one owner (heartbeats, and checking them).
+    DigestOf {
+        owner: RouterId,
+        reply: RpcReplyPort<OwnerDigest>,
+    },
     /// Fault injection for supervision tests: the handler fails.
     #[doc(hidden)]
     InjectFault(String),
@@ -179,6 +198,12 @@ impl Actor for RouterActor {
             }
             RouterMsg::OwnState(reply) => {
                 let _ = reply.send(state.own_state());
+            }
+            RouterMsg::StateOf { owner, reply } => {
+                let _ = reply.send(state.state_of(owner));
+            }
+            RouterMsg::DigestOf { owner, reply } => {
+                let _ = reply.send(state.digest_of(owner));
             }
             RouterMsg::InjectFault(why) => return Err(why.into()),
         }

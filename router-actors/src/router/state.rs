@@ -2,11 +2,11 @@
 //! publishing deltas, casting reservations), draining, the deadline timer, and publishing the
 //! decode room.
 
-use super::{Paired, RouterMsg};
+use super::{OwnDelta, Paired, RouterMsg};
 use crate::clock::Clock;
 use crate::room_view::{RoomPublisher, RoomSnapshot};
 use crate::supervisor::InflightRegistry;
-use crate::wire::BookingDelta;
+use crate::wire::{BookingDelta, Digest, digest_from};
 use ractor::concurrency::JoinHandle;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use router_core::admission::SchedulerSnapshot;
@@ -45,11 +45,24 @@ pub struct RouterSnapshot {
     pub counters: RouterCounters,
 }
 
-/// This router's own live state, for snapshots and digests.
+/// The digest of what one owner holds in this router's ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OwnerDigest {
+    pub digest: Digest,
+    /// As in `OwnState` (0 for a peer).
+    pub deltas_sent: u64,
+}
+
+/// The live bookings and reservations one owner holds in this router's ledger (its own, for
+/// snapshots and heartbeat digests; a peer's, to compare with that peer's digest).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OwnState {
     pub bookings: Vec<(RequestId, Booking)>,
     pub reservations: Vec<(RequestId, Reservation)>,
+    /// Own deltas handed to the peer-sync queue before this state was read (0 for a peer's
+    /// state). The peer-sync actor publishes a digest or snapshot of this state right after
+    /// sequencing that many deltas, so it matches the sequence exactly.
+    pub deltas_sent: u64,
 }
 
 pub struct RouterState {
@@ -60,7 +73,8 @@ pub struct RouterState {
     room_out: Option<RoomPublisher>,
     published_epoch: Option<u64>,
     pub(super) paired: Option<Paired>,
-    deltas: Option<mpsc::Sender<BookingDelta>>,
+    deltas: Option<mpsc::Sender<OwnDelta>>,
+    deltas_sent: u64,
     inflight: Option<InflightRegistry>,
     /// Restored bookings whose rank is not known yet (a restarted actor learns its workers
     /// again from their next announcements); booked as soon as the worker is back.
@@ -82,7 +96,7 @@ impl RouterState {
         clock: Clock,
         room_out: Option<RoomPublisher>,
         paired: Option<Paired>,
-        deltas: Option<mpsc::Sender<BookingDelta>>,
+        deltas: Option<mpsc::Sender<OwnDelta>>,
         inflight: Option<InflightRegistry>,
     ) -> Self {
         Self {
@@ -94,6 +108,7 @@ impl RouterState {
             published_epoch: None,
             paired,
             deltas,
+            deltas_sent: 0,
             inflight,
             pending_restore: Vec::new(),
             counters: RouterCounters::default(),
@@ -190,10 +205,12 @@ impl RouterState {
                 BookingDelta::Reserve { .. } | BookingDelta::Unreserve { .. } => {}
             }
         }
-        if let Some(tx) = &self.deltas
-            && tx.try_send(delta).is_err()
-        {
-            self.counters.dropped_deltas += 1;
+        if let Some(tx) = &self.deltas {
+            let index = self.deltas_sent + 1;
+            match tx.try_send(OwnDelta { index, delta }) {
+                Ok(()) => self.deltas_sent += 1,
+                Err(_) => self.counters.dropped_deltas += 1,
+            }
         }
     }
 
@@ -296,7 +313,30 @@ impl RouterState {
     }
 
     pub(super) fn own_state(&self) -> OwnState {
-        let owner = self.owner();
+        OwnState {
+            deltas_sent: self.deltas_sent,
+            ..self.state_of(self.owner())
+        }
+    }
+
+    /// The digest of what this ledger holds under `owner`, without copying it.
+    pub(super) fn digest_of(&self, owner: RouterId) -> OwnerDigest {
+        let ledger = self.router.ledger();
+        OwnerDigest {
+            digest: digest_from(
+                ledger.keys_of(owner).map(|(k, b)| (k.request, b)),
+                ledger.reservations_of(owner).map(|(k, r)| (k.request, r)),
+            ),
+            deltas_sent: if owner == self.owner() {
+                self.deltas_sent
+            } else {
+                0
+            },
+        }
+    }
+
+    /// What this ledger holds under `owner`, sorted by request.
+    pub(super) fn state_of(&self, owner: RouterId) -> OwnState {
         let ledger = self.router.ledger();
         let mut bookings: Vec<(RequestId, Booking)> = ledger
             .keys_of(owner)
@@ -311,6 +351,7 @@ impl RouterState {
         OwnState {
             bookings,
             reservations,
+            deltas_sent: 0,
         }
     }
 

@@ -147,11 +147,12 @@ async fn own_changes_are_published_as_deltas_and_peer_deltas_are_applied() {
     admitted(router.route(request(1, 2, 1, Phase::Aggregated)).await);
     router.release(RequestId::from_u128(1)).expect("alive");
     settle().await;
-    assert!(matches!(rx.recv().await, Some(BookingDelta::Book { .. })));
-    assert!(matches!(
-        rx.recv().await,
-        Some(BookingDelta::Release { .. })
-    ));
+    let first = rx.recv().await.expect("a delta");
+    assert!(matches!(first.delta, BookingDelta::Book { .. }));
+    let second = rx.recv().await.expect("a delta");
+    assert!(matches!(second.delta, BookingDelta::Release { .. }));
+    assert_eq!((first.index, second.index), (1, 2));
+    assert_eq!(router.own_state().await.map(|s| s.deltas_sent), Ok(2));
     let busy = Booking {
         rank: RankId::new(1, 0),
         block_hashes: vec![],

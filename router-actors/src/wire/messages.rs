@@ -67,6 +67,10 @@ pub enum BookingMsg {
         digest: Digest,
         lease_ms: u64,
     },
+    /// A sender's full live state, broadcast in its own sequence (answer to a
+    /// `SnapshotRequest { owner: None }`, and a starting router's first message). It reflects
+    /// exactly the messages before it, so receivers replace and continue from its sequence.
+    Snapshot(SnapshotReply),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

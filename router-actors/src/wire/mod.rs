@@ -3,10 +3,12 @@
 //! by kind (malformed, unknown version, foreign cluster) and the message dropped; nothing here
 //! panics on input.
 
+mod digest;
 mod messages;
 mod seq;
 mod subjects;
 
+pub use digest::{booking_hash, digest_from, digest_of, reservation_hash};
 pub use messages::{
     BookingDelta, BookingMsg, Digest, KvEventBatch, RoomChanged, SnapshotReply, SnapshotRequest,
     WorkerAnnounce, WorkerLoad,

@@ -47,6 +47,11 @@ impl SeqTracker {
         self.last.insert(sender, seq);
     }
 
+    /// The last sequence accepted from `sender`.
+    pub fn last(&self, sender: Uuid) -> Option<u64> {
+        self.last.get(&sender).copied()
+    }
+
     pub fn forget(&mut self, sender: Uuid) {
         self.last.remove(&sender);
     }

@@ -102,3 +102,46 @@ fn subjects_carry_the_cluster_prefix_and_pool() {
         "prod.kv.agg.events"
     );
 }
+
+#[test]
+fn snapshots_travel_in_the_booking_stream() {
+    let body = BookingMsg::Snapshot(SnapshotReply {
+        owner: Uuid::from_u128(3),
+        last_seq: 7,
+        bookings: vec![(
+            RequestId::from_u128(1),
+            Booking {
+                rank: RankId::new(1, 0),
+                block_hashes: vec![4],
+                prefill_tokens: 3,
+                extra_blocks: 1,
+            },
+        )],
+        reservations: vec![],
+    });
+    let bytes = Outbox::new("sy", Uuid::from_u128(3))
+        .seal("sy.router.agg.bookings", body.clone())
+        .expect("encodes");
+    assert_eq!(decode::<BookingMsg>(&bytes, "sy").map(|e| e.body), Ok(body));
+}
+
+#[test]
+fn digests_ignore_order_and_see_every_field() {
+    let b = |id: u128, tokens: u64| {
+        (
+            RequestId::from_u128(id),
+            Booking {
+                rank: RankId::new(1, 0),
+                block_hashes: vec![1, 2],
+                prefill_tokens: tokens,
+                extra_blocks: 0,
+            },
+        )
+    };
+    let d = digest_of(&[b(1, 5), b(2, 6)], &[]);
+    assert_eq!(d, digest_of(&[b(2, 6), b(1, 5)], &[]));
+    assert_eq!((d.bookings, d.reservations), (2, 0));
+    assert_ne!(d, digest_of(&[b(1, 5), b(2, 0)], &[]));
+    assert_ne!(d, digest_of(&[b(1, 5), b(3, 6)], &[]));
+    assert_eq!(digest_of(&[], &[]), Digest::default());
+}

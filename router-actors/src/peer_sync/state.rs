@@ -1,0 +1,392 @@
+//! The PeerSyncActor's state and its outbound side: sequencing own deltas, heartbeats and
+//! snapshots published right after the deltas they reflect, answering snapshot requests,
+//! the expiry sweep and readiness.
+
+use super::observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
+use super::{PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
+use crate::bus::{Bus, BusMessage};
+use crate::router::{OwnDelta, OwnState, RouterHandle, RouterMsg};
+use crate::wire::{
+    self, BookingDelta, BookingMsg, Digest, Envelope, Outbox, SeqTracker, SnapshotReply,
+    SnapshotRequest, WIRE_VERSION, WireCounters,
+};
+use ractor::ActorRef;
+use router_core::{PoolRole, RouterId};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// What to publish once the own deltas it reflects have been sequenced.
+#[derive(Debug)]
+enum Answer {
+    Heartbeat(Digest),
+    /// A `BookingMsg::Snapshot` on the bookings subject (answer to a broadcast ask).
+    Broadcast(OwnState),
+    /// A `SnapshotReply` to a targeted request's reply subject.
+    Reply(String, OwnState),
+}
+
+/// Which snapshot answer to defer.
+#[derive(Debug)]
+enum Target {
+    Broadcast,
+    Reply(String),
+}
+
+#[derive(Debug)]
+struct Deferred {
+    /// Publish once this many own deltas have been sequenced.
+    after: u64,
+    /// When it was read: one that waited a whole heartbeat period is published anyway.
+    at: Instant,
+    answer: Answer,
+}
+
+/// A targeted snapshot on the way, and what arrived from that peer meanwhile.
+#[derive(Debug)]
+pub(super) struct Repair {
+    pub(super) generation: u64,
+    /// (sequence, delta) of every message received since the request; `None` for messages
+    /// that carry no delta (heartbeats).
+    pub(super) buffer: Vec<(u64, Option<BookingDelta>)>,
+    pub(super) overflowed: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Peer {
+    pub(super) last_seen: Instant,
+    pub(super) lease: Duration,
+    pub(super) mismatches: u32,
+    pub(super) repair: Option<Repair>,
+    /// The last repair failed: try again on its next heartbeat.
+    pub(super) needs_repair: bool,
+}
+
+pub struct PeerSyncState {
+    pub(super) bus: Arc<dyn Bus>,
+    cluster: String,
+    pub(super) bookings_subject: String,
+    pub(super) snapshot_subject: String,
+    pool: PoolRole,
+    pub(super) me: RouterId,
+    pub(super) router: RouterHandle,
+    pub(super) config: PeerSyncConfig,
+    ready: watch::Sender<bool>,
+    pub(super) myself: ActorRef<PeerSyncMsg>,
+    pub(super) outbox: Outbox,
+    /// Index of the last own delta sequenced (the router's count of deltas handed over).
+    sequenced: u64,
+    deferred: VecDeque<Deferred>,
+    pub(super) tracker: SeqTracker,
+    pub(super) peers: HashMap<RouterId, Peer>,
+    pub(super) generation: u64,
+    pub(super) counters: PeerSyncCounters,
+    pub(super) wire: WireCounters,
+    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for PeerSyncState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerSyncState")
+            .field("me", &self.me)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerSyncState {
+    pub(super) fn new(
+        args: PeerSyncArgs,
+        myself: ActorRef<PeerSyncMsg>,
+    ) -> (Self, mpsc::Receiver<OwnDelta>) {
+        let state = Self {
+            bus: args.bus,
+            cluster: args.subjects.cluster().to_owned(),
+            bookings_subject: args.subjects.bookings(args.pool),
+            snapshot_subject: args.subjects.snapshot(args.pool),
+            pool: args.pool,
+            me: args.me,
+            router: args.router,
+            config: args.config,
+            ready: args.ready,
+            myself,
+            outbox: Outbox::new(args.subjects.cluster(), args.me.0),
+            sequenced: 0,
+            deferred: VecDeque::new(),
+            tracker: SeqTracker::default(),
+            peers: HashMap::new(),
+            generation: 0,
+            counters: PeerSyncCounters::default(),
+            wire: WireCounters::default(),
+            tasks: Vec::new(),
+        };
+        (state, args.deltas)
+    }
+
+    pub(super) fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Sequences and publishes one message on the bookings subject.
+    async fn publish(&mut self, body: BookingMsg) {
+        let payload = match self.outbox.seal(&self.bookings_subject, body) {
+            Ok(payload) => payload,
+            Err(error) => {
+                self.counters.dropped += 1;
+                tracing::warn!(%error, "booking message not encodable");
+                return;
+            }
+        };
+        match self
+            .bus
+            .publish(self.bookings_subject.clone(), payload)
+            .await
+        {
+            Ok(()) => self.counters.published += 1,
+            Err(error) => {
+                self.counters.publish_errors += 1;
+                tracing::warn!(%error, "booking message not published");
+            }
+        }
+    }
+
+    fn reply_body(&self, state: OwnState) -> SnapshotReply {
+        SnapshotReply {
+            owner: self.me.0,
+            last_seq: self.outbox.last_seq(&self.bookings_subject),
+            bookings: state.bookings,
+            reservations: state.reservations,
+        }
+    }
+
+    /// Our sequence 1: our full state as it is now. Deltas still queued follow and are
+    /// applied on top (harmless overlap; see the module header).
+    pub(super) async fn announce(&mut self) {
+        match self.router.own_state().await {
+            Ok(state) => {
+                let body = self.reply_body(state);
+                self.publish(BookingMsg::Snapshot(body)).await;
+            }
+            Err(_) => self.counters.router_gone += 1,
+        }
+    }
+
+    /// Asks every peer for its snapshot; they broadcast it in their booking streams.
+    pub(super) async fn ask_everyone(&mut self) {
+        let ask = SnapshotRequest { owner: None };
+        match self.outbox.seal(&self.snapshot_subject, ask) {
+            Ok(payload) => {
+                self.counters.snapshots_requested += 1;
+                if self
+                    .bus
+                    .publish(self.snapshot_subject.clone(), payload)
+                    .await
+                    .is_err()
+                {
+                    self.counters.publish_errors += 1;
+                }
+            }
+            Err(_) => self.counters.dropped += 1,
+        }
+    }
+
+    pub(super) async fn own_deltas(&mut self, batch: Vec<OwnDelta>) {
+        for OwnDelta { index, delta } in batch {
+            self.publish(BookingMsg::Delta(delta)).await;
+            self.sequenced = self.sequenced.max(index);
+            self.counters.own_deltas += 1;
+            self.flush_deferred().await;
+        }
+    }
+
+    /// Our digest, published right after the own deltas it reflects.
+    async fn defer_heartbeat(&mut self) {
+        match self.router.digest_of(self.me).await {
+            Ok(d) => self.defer(d.deltas_sent, Answer::Heartbeat(d.digest)).await,
+            Err(_) => self.counters.router_gone += 1,
+        }
+    }
+
+    /// Our full state, sent right after the own deltas it reflects.
+    async fn defer_snapshot(&mut self, target: Target) {
+        match self.router.own_state().await {
+            Ok(state) => {
+                let after = state.deltas_sent;
+                let answer = match target {
+                    Target::Broadcast => Answer::Broadcast(state),
+                    Target::Reply(inbox) => Answer::Reply(inbox, state),
+                };
+                self.defer(after, answer).await;
+            }
+            Err(_) => self.counters.router_gone += 1,
+        }
+    }
+
+    async fn defer(&mut self, after: u64, answer: Answer) {
+        if self.deferred.len() >= self.config.max_deferred {
+            self.counters.dropped += 1;
+            return;
+        }
+        self.deferred.push_back(Deferred {
+            after,
+            at: Instant::now(),
+            answer,
+        });
+        self.flush_deferred().await;
+    }
+
+    async fn flush_deferred(&mut self) {
+        while self
+            .deferred
+            .front()
+            .is_some_and(|d| d.after <= self.sequenced)
+        {
+            let Some(Deferred { answer, .. }) = self.deferred.pop_front() else {
+                break;
+            };
+            match answer {
+                Answer::Heartbeat(digest) => {
+                    let lease_ms = millis(self.config.lease);
+                    self.publish(BookingMsg::Heartbeat { digest, lease_ms })
+                        .await;
+                    self.counters.heartbeats_sent += 1;
+                }
+                Answer::Broadcast(state) => {
+                    let body = self.reply_body(state);
+                    self.publish(BookingMsg::Snapshot(body)).await;
+                    self.counters.snapshots_served += 1;
+                }
+                Answer::Reply(inbox, state) => {
+                    let envelope = Envelope {
+                        v: WIRE_VERSION,
+                        cluster: self.cluster.clone(),
+                        sender: self.me.0,
+                        seq: 0,
+                        sent_at_us: wire::now_us(),
+                        body: self.reply_body(state),
+                    };
+                    let sent = match wire::encode(&envelope) {
+                        Ok(payload) => self.bus.publish(inbox, payload).await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if sent {
+                        self.counters.snapshots_served += 1;
+                    } else {
+                        self.counters.publish_errors += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The router counts a delta as handed over once it is in the queue, so every one of
+    /// them reaches us, and a missing index is skipped over by the next delta's index.
+    /// Should the last ones before an answer be missing, it is published once it has waited
+    /// a whole heartbeat period (peers then see the digest drift and repair), rather than
+    /// stalling heartbeats until peers expire us.
+    async fn force_stuck(&mut self) {
+        let now = Instant::now();
+        let stuck = self.deferred.front().and_then(|d| {
+            (now.saturating_duration_since(d.at) >= self.config.heartbeat_every).then_some(d.after)
+        });
+        if let Some(after) = stuck {
+            self.counters.deferred_forced += 1;
+            tracing::warn!(
+                sequenced = self.sequenced,
+                after,
+                "own deltas missing; publishing without them"
+            );
+            self.sequenced = self.sequenced.max(after);
+            self.flush_deferred().await;
+        }
+    }
+
+    /// A request on the snapshot subject: a targeted one for us is answered on its reply
+    /// subject; a broadcast one in our booking stream.
+    pub(super) async fn snapshot_ask(&mut self, message: BusMessage) {
+        let envelope = match wire::decode::<SnapshotRequest>(&message.payload, &self.cluster) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                self.wire.count(&error);
+                return;
+            }
+        };
+        if envelope.sender == self.me.0 {
+            return; // our own ask
+        }
+        match (envelope.body.owner, message.reply) {
+            (None, _) => self.defer_snapshot(Target::Broadcast).await,
+            (Some(owner), Some(inbox)) if owner == self.me.0 => {
+                self.defer_snapshot(Target::Reply(inbox)).await;
+            }
+            (Some(owner), None) if owner == self.me.0 => {
+                self.wire.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+            (Some(_), _) => {} // someone else's
+        }
+    }
+
+    /// Heartbeat, then expire peers silent for their lease.
+    pub(super) async fn tick(&mut self) {
+        self.force_stuck().await;
+        self.defer_heartbeat().await;
+        let now = Instant::now();
+        let expired: Vec<RouterId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_seen) >= p.lease)
+            .map(|(id, _)| *id)
+            .collect();
+        for owner in expired {
+            self.peers.remove(&owner);
+            self.tracker.forget(owner.0);
+            self.counters.expired_peers += 1;
+            tracing::info!(peer = %owner, "peer expired: its bookings are dropped");
+            if self.router.cast(RouterMsg::PeerGone(owner)).is_err() {
+                self.counters.router_gone += 1;
+            }
+        }
+    }
+
+    pub(super) fn set_ready(&mut self) {
+        self.ready.send_replace(true);
+    }
+
+    pub(super) fn observe(&self) -> PeerSyncSnapshot {
+        let now = Instant::now();
+        let mut peers: Vec<PeerView> = self
+            .peers
+            .iter()
+            .map(|(id, p)| PeerView {
+                id: *id,
+                last_seen_ms: millis(now.saturating_duration_since(p.last_seen)),
+                lease_ms: millis(p.lease),
+                last_seq: self.tracker.last(id.0).unwrap_or(0),
+                repairing: p.repair.is_some(),
+                mismatches: p.mismatches,
+            })
+            .collect();
+        peers.sort_by_key(|p| p.id);
+        PeerSyncSnapshot {
+            me: self.me,
+            pool: self.pool,
+            ready: *self.ready.borrow(),
+            last_seq: self.outbox.last_seq(&self.bookings_subject),
+            deferred: self.deferred.len(),
+            peers,
+            counters: self.counters.clone(),
+            decode_errors: DecodeErrors {
+                malformed: self.wire.malformed.load(Ordering::Relaxed),
+                unknown_version: self.wire.unknown_version.load(Ordering::Relaxed),
+                foreign_cluster: self.wire.foreign_cluster.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
