@@ -5,13 +5,14 @@
 use super::state::RouterState;
 use crate::wire::BookingDelta;
 use router_core::ledger::{Booking, Reservation};
-use router_core::{BookingKey, DecodeReservation, RequestId, RouterId};
+use router_core::{BookingKey, DecodeReservation, RequestId, RouterId, Timestamp};
 
 impl RouterState {
     pub(super) fn apply_peer(&mut self, owner: RouterId, delta: BookingDelta) {
         if owner == self.owner() {
             return; // our own echo
         }
+        let now = self.clock().now();
         let ledger = self.router.scheduler_mut().ledger_mut();
         let grew = match delta {
             BookingDelta::Book { request, booking } => {
@@ -28,6 +29,7 @@ impl RouterState {
                 request,
                 reservation,
             } => {
+                let reservation = lease_from_wire(reservation, now);
                 ledger.reserve(BookingKey::new(owner, request), reservation);
                 false
             }
@@ -54,8 +56,13 @@ impl RouterState {
         for (request, booking) in bookings {
             ledger.book(BookingKey::new(owner, request), booking);
         }
+        let now = self.clock().now();
+        let ledger = self.router.scheduler_mut().ledger_mut();
         for (request, reservation) in reservations {
-            ledger.reserve(BookingKey::new(owner, request), reservation);
+            ledger.reserve(
+                BookingKey::new(owner, request),
+                lease_from_wire(reservation, now),
+            );
         }
         self.drain();
     }
@@ -83,9 +90,10 @@ impl RouterState {
         };
         let ledger = self.router.scheduler_mut().ledger_mut();
         if ledger.reserve(res.key, hold) == router_core::ledger::ReserveResult::Reserved {
+            let reservation = lease_to_wire(hold, self.clock().now());
             self.emit(BookingDelta::Reserve {
                 request: res.key.request,
-                reservation: hold,
+                reservation,
             });
         }
     }
@@ -103,4 +111,17 @@ impl RouterState {
             self.drain();
         }
     }
+}
+
+/// On the wire a reservation's `expires_at` is the lease time left (µs), not an instant:
+/// every node keeps its own clock.
+pub(super) fn lease_to_wire(mut reservation: Reservation, now: Timestamp) -> Reservation {
+    reservation.expires_at = Timestamp(reservation.expires_at.0.saturating_sub(now.0));
+    reservation
+}
+
+/// A peer's reservation in this node's clock.
+pub(super) fn lease_from_wire(mut reservation: Reservation, now: Timestamp) -> Reservation {
+    reservation.expires_at = now + std::time::Duration::from_micros(reservation.expires_at.0);
+    reservation
 }

@@ -115,6 +115,10 @@ impl RouterState {
         }
     }
 
+    pub(super) fn clock(&self) -> Clock {
+        self.clock
+    }
+
     pub(super) fn owner(&self) -> RouterId {
         self.router.scheduler().owner()
     }
@@ -335,8 +339,10 @@ impl RouterState {
         }
     }
 
-    /// What this ledger holds under `owner`, sorted by request.
+    /// What this ledger holds under `owner`, sorted by request. Reservation leases are given
+    /// as time left (the wire form), since every node keeps its own clock.
     pub(super) fn state_of(&self, owner: RouterId) -> OwnState {
+        let now = self.clock.now();
         let ledger = self.router.ledger();
         let mut bookings: Vec<(RequestId, Booking)> = ledger
             .keys_of(owner)
@@ -345,7 +351,7 @@ impl RouterState {
         bookings.sort_by_key(|(r, _)| *r);
         let mut reservations: Vec<(RequestId, Reservation)> = ledger
             .reservations_of(owner)
-            .map(|(k, r)| (k.request, *r))
+            .map(|(k, r)| (k.request, super::peer::lease_to_wire(*r, now)))
             .collect();
         reservations.sort_by_key(|(r, _)| *r);
         OwnState {

@@ -210,3 +210,35 @@ async fn the_prefill_actor_reserves_on_the_paired_decode_actor_and_waits_for_its
     let second = admitted(waiting.await.expect("task"));
     assert_eq!(second.request, RequestId::from_u128(2));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_reservation_lease_runs_in_this_node_clock() {
+    let clock = Clock::start();
+    // This node has been up for a while; the peer's clock started elsewhere.
+    tokio::time::advance(Duration::from_secs(100)).await;
+    let decode = spawn_with(args(PoolRole::Decode, clock), 100).await;
+    let hold = router_core::ledger::Reservation {
+        rank: RankId::new(1, 0),
+        blocks: 10,
+        expires_at: Timestamp(1_000_000), // on the wire: one second of lease left
+        seq: 1,
+    };
+    let delta = BookingDelta::Reserve {
+        request: RequestId::from_u128(5),
+        reservation: hold,
+    };
+    decode
+        .cast(RouterMsg::Peer { owner: PEER, delta })
+        .expect("alive");
+    let held = |s: &RouterSnapshot| s.scheduler.ledger.reservations;
+    tokio::time::advance(Duration::from_millis(999)).await;
+    settle().await;
+    assert_eq!(decode.observe().await.map(|s| held(&s)), Ok(1));
+    tokio::time::advance(Duration::from_millis(2)).await;
+    settle().await;
+    assert_eq!(
+        decode.observe().await.map(|s| held(&s)),
+        Ok(0),
+        "expired by its own timer"
+    );
+}

@@ -2,6 +2,8 @@
 //! and reservations. The one function both sides use: the sender over its own state, the
 //! receiver over what its ledger holds under the sender's id.
 //!
+//! A reservation's lease end is left out: it is kept in each node's own clock.
+//!
 //! Each item is hashed with a fixed, build-independent mix (no `RandomState`, no SipHash
 //! keys), and the item hashes are summed, so the order of iteration does not matter.
 
@@ -58,7 +60,6 @@ pub fn reservation_hash(request: RequestId, r: &Reservation) -> u64 {
         .add(r.rank.worker.0)
         .add(u64::from(r.rank.dp_rank))
         .add(r.blocks)
-        .add(r.expires_at.0)
         .add(r.seq);
     h.0
 }
