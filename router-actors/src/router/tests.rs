@@ -230,6 +230,8 @@ async fn a_peer_reservation_lease_runs_in_this_node_clock() {
     decode
         .cast(RouterMsg::Peer { owner: PEER, delta })
         .expect("alive");
+    // A call behind the cast: when it returns, the reservation is applied (same mailbox).
+    decode.observe().await.expect("alive");
     let held = |s: &RouterSnapshot| s.scheduler.ledger.reservations;
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
