@@ -39,6 +39,7 @@ impl Default for KvEventsConfig {
     }
 }
 
+#[derive(Clone)]
 pub struct KvEventsArgs {
     pub bus: Arc<dyn Bus>,
     pub subjects: Subjects,

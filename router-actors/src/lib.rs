@@ -2,6 +2,7 @@
 //! scheduler, and the bus (NATS or in-process) at one edge.
 //!
 //! - `bus`: publish / subscribe / request-reply, NATS and in-process, one contract.
+//! - `node`: one router node's actor tree (aggregated or disaggregated) on any bus.
 //! - `peer_sync`: keeps router replicas' ledgers in step over the bus (deltas, heartbeats
 //!   with digests, snapshot repair, lease expiry).
 //! - `router`: the RouterActor of one pool and its typed handle.
@@ -22,6 +23,7 @@ pub mod bus;
 pub mod clock;
 pub mod edge;
 pub mod kv_events;
+pub mod node;
 pub mod peer_sync;
 pub mod registry;
 pub mod room_bus;
@@ -37,6 +39,7 @@ mod workers_tests;
 
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use node::{Node, NodeConfig, NodeError, Topology};
 pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
 pub use registry::{
     RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,

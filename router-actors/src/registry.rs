@@ -122,6 +122,7 @@ impl RegistryShared {
     }
 }
 
+#[derive(Clone)]
 pub struct RegistryArgs {
     pub bus: Arc<dyn Bus>,
     pub subjects: Subjects,

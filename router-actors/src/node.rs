@@ -1,0 +1,448 @@
+//! One router node: the actor tree for an aggregated or a disaggregated fleet, on any bus.
+//!
+//! ```text
+//! NodeSupervisor
+//!  ├─ RouterActor(pool)        one per pool; restarted with its in-flight bookings
+//!  ├─ PeerSyncActor(pool)      own deltas out, peers' in; failure escalates (see below)
+//!  ├─ KvEventsActor(pool)      workers' KV events into the pool's router
+//!  └─ WorkerRegistryActor      announcements and leases for every pool
+//! + room tasks (disaggregated): the decode pool's RoomChanged out on the bus, other nodes'
+//!   RoomChanged into the prefill actor
+//! ```
+//!
+//! Handles follow restarts through their actor slots. A PeerSyncActor owns the receiving end
+//! of its router's delta channel, which cannot be handed to a second incarnation: its failure
+//! spends the restart budget and escalates, stopping the node (the process supervisor — e.g.
+//! Kubernetes — restarts it, and peers expire its bookings after its lease).
+
+use crate::bus::Bus;
+use crate::clock::Clock;
+use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle};
+use crate::peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle};
+use crate::registry::{RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared};
+use crate::room_bus::{RoomBusCounters, spawn_room_publisher, spawn_room_subscriber};
+use crate::room_view::room_channel;
+use crate::router::{OwnDelta, Paired, RouterArgs, RouterHandle, router_child};
+use crate::supervisor::{
+    ActorSlot, ChildSpec, InflightRegistry, NodeSupervisor, RestartPolicy, SupervisorArgs,
+    SupervisorMsg,
+};
+use crate::wire::Subjects;
+use ractor::{Actor, ActorRef, SpawnErr};
+use router_core::{
+    PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig,
+    SelectionConfig,
+};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Aggregated workers, or a prefill pool and a decode pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Aggregated,
+    Disaggregated,
+}
+
+impl Topology {
+    pub fn pools(self) -> &'static [PoolRole] {
+        match self {
+            Topology::Aggregated => &[PoolRole::Aggregated],
+            Topology::Disaggregated => &[PoolRole::Decode, PoolRole::Prefill],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub cluster: String,
+    pub router_id: RouterId,
+    pub topology: Topology,
+    pub profile: PolicyProfile,
+    /// Tokens per KV block of every worker.
+    pub block_size: u32,
+    pub selection: SelectionConfig,
+    pub prefix: PrefixMode,
+    pub reservation_lease: Duration,
+    pub recheck_every: Duration,
+    /// Own deltas waiting for peer sync, per pool; overflow is dropped and counted.
+    pub delta_queue: usize,
+    pub peer_sync: PeerSyncConfig,
+    pub registry: RegistryConfig,
+    pub kv_events: KvEventsConfig,
+    pub restart: RestartPolicy,
+    pub seed: u64,
+}
+
+impl NodeConfig {
+    pub fn new(
+        cluster: impl Into<String>,
+        router_id: RouterId,
+        topology: Topology,
+        profile: PolicyProfile,
+    ) -> Self {
+        Self {
+            cluster: cluster.into(),
+            router_id,
+            topology,
+            profile,
+            block_size: 16,
+            selection: SelectionConfig::default(),
+            prefix: PrefixMode::Events,
+            reservation_lease: Duration::from_secs(30),
+            recheck_every: Duration::from_secs(1),
+            delta_queue: 100_000,
+            peer_sync: PeerSyncConfig::default(),
+            registry: RegistryConfig::default(),
+            kv_events: KvEventsConfig::default(),
+            restart: RestartPolicy::default(),
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("starting an actor: {0}")]
+    Spawn(#[from] SpawnErr),
+    #[error("subscribing on the bus: {0}")]
+    Bus(#[from] crate::bus::BusError),
+}
+
+/// A running node.
+pub struct Node {
+    pub config: NodeConfig,
+    supervisor: ActorRef<SupervisorMsg>,
+    supervisor_done: Option<JoinHandle<()>>,
+    routers: Vec<(PoolRole, RouterHandle)>,
+    peer_syncs: Vec<(PoolRole, PeerSyncHandle)>,
+    kv_events: Vec<(PoolRole, KvEventsHandle)>,
+    registry: RegistryHandle,
+    inflight: Vec<(PoolRole, InflightRegistry)>,
+    pub room_counters: Arc<RoomBusCounters>,
+    tasks: Vec<JoinHandle<()>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("router_id", &self.config.router_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spawned-once children (peer sync, KV events, registry) hand their handle out through here.
+type Out<T> = Arc<Mutex<Option<T>>>;
+
+fn once_child<T: Send + 'static, F, Fut>(name: String, out: Out<T>, start: F) -> ChildSpec
+where
+    F: Fn(ractor::ActorCell) -> Option<Fut> + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(T, ractor::ActorCell), SpawnErr>> + Send + 'static,
+{
+    ChildSpec::new(name.clone(), move |supervisor| {
+        let out = Arc::clone(&out);
+        let started = start(supervisor);
+        let name = name.clone();
+        Box::pin(async move {
+            let Some(fut) = started else {
+                return Err(SpawnErr::StartupFailed(
+                    format!("{name} cannot be restarted in place").into(),
+                ));
+            };
+            let (handle, cell) = fut.await?;
+            *out.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+            Ok(cell)
+        })
+    })
+}
+
+fn take<T>(out: &Out<T>) -> Option<T> {
+    out.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+impl Node {
+    /// Starts the node's actors on `bus`.
+    pub async fn start(config: NodeConfig, bus: Arc<dyn Bus>) -> Result<Node, NodeError> {
+        let clock = Clock::start();
+        let subjects = Subjects::new(config.cluster.clone());
+        let room_counters = Arc::new(RoomBusCounters::default());
+        let (room_out, room_in) = room_channel();
+        let mut children = Vec::new();
+        let mut routers = Vec::new();
+        let mut receivers = Vec::new();
+        let mut inflight = Vec::new();
+        for &pool in config.topology.pools() {
+            let slot = ActorSlot::empty();
+            let handle = RouterHandle::from_slot(slot.clone(), clock);
+            let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
+            let registry = InflightRegistry::default();
+            let mut scheduler = SchedulerConfig::new(pool, config.router_id);
+            scheduler.reservation_lease = config.reservation_lease;
+            scheduler.selection = config.selection;
+            scheduler.seed = config.seed;
+            let paired = (pool == PoolRole::Prefill).then(|| {
+                let decode = routers
+                    .iter()
+                    .find(|(p, _)| *p == PoolRole::Decode)
+                    .map(|(_, h): &(PoolRole, RouterHandle)| h.clone());
+                decode.map(|decode| Paired {
+                    room: room_in.clone(),
+                    decode,
+                })
+            });
+            let args = RouterArgs {
+                config: PoolRouterConfig {
+                    scheduler,
+                    block_size: config.block_size,
+                    prefix: config.prefix.clone(),
+                },
+                profile: config.profile.clone(),
+                clock,
+                room_out: (pool == PoolRole::Decode).then(|| room_out.clone()),
+                paired: paired.flatten(),
+                deltas: Some(tx),
+                recheck_every: config.recheck_every,
+                inflight: Some(registry.clone()),
+            };
+            children.push(router_child(
+                format!("router-{}", crate::wire::pool_token(pool)),
+                args,
+                slot,
+            ));
+            routers.push((pool, handle));
+            receivers.push((pool, rx));
+            inflight.push((pool, registry));
+        }
+        let mut peer_outs = Vec::new();
+        for (pool, rx) in receivers {
+            let Some(router) = routers
+                .iter()
+                .find(|(p, _)| *p == pool)
+                .map(|(_, h)| h.clone())
+            else {
+                continue;
+            };
+            let (mut args, _ready) = PeerSyncArgs::new(
+                Arc::clone(&bus),
+                subjects.clone(),
+                pool,
+                config.router_id,
+                router,
+                rx,
+            );
+            args.config = config.peer_sync.clone();
+            let args = Arc::new(Mutex::new(Some(args)));
+            let out: Out<PeerSyncHandle> = Arc::new(Mutex::new(None));
+            children.push(once_child(
+                format!("peer-sync-{}", crate::wire::pool_token(pool)),
+                Arc::clone(&out),
+                move |supervisor| {
+                    let args = args.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+                    Some(async move {
+                        let (handle, _join) = PeerSyncActor::start(None, args).await?;
+                        handle.actor().get_cell().link(supervisor);
+                        let cell = handle.actor().get_cell();
+                        Ok((handle, cell))
+                    })
+                },
+            ));
+            peer_outs.push((pool, out));
+        }
+        let mut kv_outs = Vec::new();
+        for (pool, router) in &routers {
+            let args = KvEventsArgs {
+                bus: Arc::clone(&bus),
+                subjects: subjects.clone(),
+                pool: *pool,
+                router: router.clone(),
+                config: config.kv_events,
+            };
+            let out: Out<KvEventsHandle> = Arc::new(Mutex::new(None));
+            children.push(once_child(
+                format!("kv-events-{}", crate::wire::pool_token(*pool)),
+                Arc::clone(&out),
+                move |supervisor| {
+                    let args = args.clone();
+                    Some(async move {
+                        let (handle, _join) = KvEventsHandle::spawn(None, args).await?;
+                        handle.actor().get_cell().link(supervisor);
+                        let cell = handle.actor().get_cell();
+                        Ok((handle, cell))
+                    })
+                },
+            ));
+            kv_outs.push((*pool, out));
+        }
+        let registry_args = RegistryArgs {
+            bus: Arc::clone(&bus),
+            subjects: subjects.clone(),
+            pools: routers.clone(),
+            config: config.registry,
+            shared: RegistryShared::new(),
+        };
+        let registry_out: Out<RegistryHandle> = Arc::new(Mutex::new(None));
+        children.push(once_child(
+            "worker-registry".into(),
+            Arc::clone(&registry_out),
+            move |supervisor| {
+                let args = registry_args.clone();
+                Some(async move {
+                    let (handle, _join) = RegistryHandle::spawn(None, args).await?;
+                    handle.actor().get_cell().link(supervisor);
+                    let cell = handle.actor().get_cell();
+                    Ok((handle, cell))
+                })
+            },
+        ));
+        let (supervisor, supervisor_done) = Actor::spawn(
+            None,
+            NodeSupervisor,
+            SupervisorArgs {
+                children,
+                policy: config.restart,
+            },
+        )
+        .await?;
+        let peer_syncs: Vec<(PoolRole, PeerSyncHandle)> = peer_outs
+            .iter()
+            .filter_map(|(p, o)| take(o).map(|h| (*p, h)))
+            .collect();
+        let kv_events = kv_outs
+            .iter()
+            .filter_map(|(p, o)| take(o).map(|h| (*p, h)))
+            .collect();
+        let registry = take(&registry_out)
+            .ok_or_else(|| SpawnErr::StartupFailed("worker registry did not start".into()))?;
+        let mut tasks = Vec::new();
+        if config.topology == Topology::Disaggregated
+            && let Some((_, prefill)) = routers.iter().find(|(p, _)| *p == PoolRole::Prefill)
+        {
+            let sender = config.router_id.0;
+            tasks.push(spawn_room_publisher(
+                Arc::clone(&bus),
+                subjects.clone(),
+                sender,
+                room_in.clone(),
+                Arc::clone(&room_counters),
+            ));
+            tasks.push(
+                spawn_room_subscriber(
+                    Arc::clone(&bus),
+                    subjects.clone(),
+                    sender,
+                    prefill.clone(),
+                    Arc::clone(&room_counters),
+                )
+                .await?,
+            );
+        }
+        let ready = readiness(&peer_syncs, registry.known_workers(), &mut tasks);
+        Ok(Node {
+            config,
+            supervisor,
+            supervisor_done: Some(supervisor_done),
+            routers,
+            peer_syncs,
+            kv_events,
+            registry,
+            inflight,
+            room_counters,
+            tasks,
+            ready,
+        })
+    }
+
+    pub fn router(&self, pool: PoolRole) -> Option<&RouterHandle> {
+        self.routers
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .map(|(_, h)| h)
+    }
+
+    pub fn routers(&self) -> &[(PoolRole, RouterHandle)] {
+        &self.routers
+    }
+
+    pub fn peer_sync(&self, pool: PoolRole) -> Option<&PeerSyncHandle> {
+        self.peer_syncs
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .map(|(_, h)| h)
+    }
+
+    pub fn kv_events(&self, pool: PoolRole) -> Option<&KvEventsHandle> {
+        self.kv_events
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .map(|(_, h)| h)
+    }
+
+    pub fn registry(&self) -> &RegistryHandle {
+        &self.registry
+    }
+
+    pub fn inflight(&self, pool: PoolRole) -> Option<&InflightRegistry> {
+        self.inflight
+            .iter()
+            .find(|(p, _)| *p == pool)
+            .map(|(_, r)| r)
+    }
+
+    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
+        &self.supervisor
+    }
+
+    /// Ready once every pool's peer sync has its starting snapshots and a worker is known.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.clone()
+    }
+
+    /// Stops every actor and task of the node and waits for the supervisor to finish.
+    pub async fn shutdown(mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for (_, peer) in &self.peer_syncs {
+            peer.stop();
+        }
+        self.supervisor.stop(Some("node shutdown".into()));
+        if let Some(done) = self.supervisor_done.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), done).await;
+        }
+    }
+}
+
+fn readiness(
+    peers: &[(PoolRole, PeerSyncHandle)],
+    mut workers: watch::Receiver<usize>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    let mut peers: Vec<watch::Receiver<bool>> = peers.iter().map(|(_, p)| p.ready()).collect();
+    tasks.push(tokio::spawn(async move {
+        loop {
+            let ok = *workers.borrow() > 0 && peers.iter().all(|p| *p.borrow());
+            tx.send_replace(ok);
+            let changed = {
+                let peer_change = async {
+                    if peers.is_empty() {
+                        futures::future::pending::<()>().await;
+                    }
+                    futures::future::select_all(peers.iter_mut().map(|p| Box::pin(p.changed())))
+                        .await
+                        .0
+                };
+                tokio::select! {
+                    c = workers.changed() => c,
+                    c = peer_change => c,
+                }
+            };
+            if changed.is_err() {
+                break;
+            }
+        }
+    }));
+    rx
+}
