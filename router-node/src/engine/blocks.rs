@@ -216,12 +216,13 @@ impl BlockPool {
     /// (its private block is given back); new ones are announced in `Stored` events.
     pub fn commit(&mut self, parent: Option<SequenceHash>, run: &[(SequenceHash, LocalBlockHash)]) {
         let mut prev = parent;
-        let mut depth = parent
+        let base = parent
             .and_then(|p| self.blocks.get(&p))
             .map_or(0, |b| b.depth + 1);
         let mut stored: Vec<StoredBlock> = Vec::new();
         let mut stored_parent = parent;
-        for &(h, local) in run {
+        for (i, &(h, local)) in run.iter().enumerate() {
+            let depth = base.saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
             if self.private == 0 {
                 self.anomalies += 1;
                 break;
@@ -254,7 +255,6 @@ impl BlockPool {
                 });
             }
             prev = Some(h);
-            depth += 1;
         }
         self.emit_stored(stored_parent, stored);
     }

@@ -20,6 +20,8 @@ pub mod scheduler;
 pub mod timing;
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 use blocks::BlockPool;

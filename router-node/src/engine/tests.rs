@@ -1,16 +1,14 @@
-//! Behaviour tests of the simulated engine, and a property test that replays every KV event
-//! it emits into router-core's `ReferenceIndex` and checks the index agrees with the pool.
+//! Behaviour tests of the simulated engine, named for what they show, and the helpers the
+//! property tests in `props.rs` share.
 
 use super::blocks::BlockPool;
 use super::*;
-use proptest::prelude::*;
 use router_core::hashing::token_sequence_hashes;
-use router_core::{KvEventData, RankId, ReferenceIndex, SequenceHash, WorkerSpec};
-use std::collections::BTreeMap;
+use router_core::{KvEventData, SequenceHash};
 
-const BS: usize = 16;
+pub(super) const BS: usize = 16;
 
-fn cfg(total_kv_blocks: usize, budget: usize, role: Role) -> EngineConfig {
+pub(super) fn cfg(total_kv_blocks: usize, budget: usize, role: Role) -> EngineConfig {
     EngineConfig {
         worker_id: WorkerId(7),
         dp_rank: 0,
@@ -24,21 +22,21 @@ fn cfg(total_kv_blocks: usize, budget: usize, role: Role) -> EngineConfig {
     }
 }
 
-fn engine(total_kv_blocks: usize, budget: usize, role: Role) -> Engine {
+pub(super) fn engine(total_kv_blocks: usize, budget: usize, role: Role) -> Engine {
     Engine::new(cfg(total_kv_blocks, budget, role)).expect("valid config")
 }
 
-fn id(n: u128) -> RequestId {
+pub(super) fn id(n: u128) -> RequestId {
     RequestId::from_u128(n)
 }
 
-fn toks(seed: u32, len: usize) -> Vec<u32> {
+pub(super) fn toks(seed: u32, len: usize) -> Vec<u32> {
     (0..len as u32)
         .map(|i| seed.wrapping_mul(1_000_003) ^ i)
         .collect()
 }
 
-fn req(n: u128, tokens: Vec<u32>, max_tokens: u32) -> SeqRequest {
+pub(super) fn req(n: u128, tokens: Vec<u32>, max_tokens: u32) -> SeqRequest {
     SeqRequest {
         id: id(n),
         tokens,
@@ -49,7 +47,7 @@ fn req(n: u128, tokens: Vec<u32>, max_tokens: u32) -> SeqRequest {
 }
 
 /// Steps until idle (bounded), advancing virtual time; returns every pass's output.
-fn run(e: &mut Engine, now: &mut u64) -> Vec<StepOutput> {
+pub(super) fn run(e: &mut Engine, now: &mut u64) -> Vec<StepOutput> {
     let mut outs = Vec::new();
     for _ in 0..10_000 {
         if e.is_idle() {
@@ -66,11 +64,11 @@ fn run(e: &mut Engine, now: &mut u64) -> Vec<StepOutput> {
     outs
 }
 
-fn events(outs: &[StepOutput]) -> Vec<KvEvent> {
+pub(super) fn events(outs: &[StepOutput]) -> Vec<KvEvent> {
     outs.iter().flat_map(|o| o.kv_events.clone()).collect()
 }
 
-fn stored_hashes(evs: &[KvEvent]) -> Vec<u64> {
+pub(super) fn stored_hashes(evs: &[KvEvent]) -> Vec<u64> {
     evs.iter()
         .flat_map(|e| match &e.data {
             KvEventData::Stored { blocks, .. } => blocks.iter().map(|b| b.hash.0).collect(),
@@ -79,7 +77,7 @@ fn stored_hashes(evs: &[KvEvent]) -> Vec<u64> {
         .collect()
 }
 
-fn tokens_of(outs: &[StepOutput], r: RequestId) -> u32 {
+pub(super) fn tokens_of(outs: &[StepOutput], r: RequestId) -> u32 {
     outs.iter()
         .flat_map(|o| o.tokens.iter())
         .filter(|(i, _)| *i == r)
@@ -88,42 +86,6 @@ fn tokens_of(outs: &[StepOutput], r: RequestId) -> u32 {
 }
 
 /// router-core's reference index fed with one engine's events.
-struct Replay {
-    index: ReferenceIndex,
-    rank: RankId,
-}
-
-impl Replay {
-    fn new(e: &Engine) -> Self {
-        let c = e.config();
-        let mut spec = WorkerSpec::new(c.worker_id.0, 1, c.total_kv_blocks as u64, 8192);
-        spec.block_size = c.block_size as u32;
-        let mut index = ReferenceIndex::new();
-        index.add_worker(&spec).expect("valid spec");
-        let rank = RankId::new(c.worker_id.0, c.dp_rank);
-        Self { index, rank }
-    }
-
-    fn apply(&mut self, evs: &[KvEvent]) -> Result<(), TestCaseError> {
-        for ev in evs {
-            let status = self.index.apply(ev);
-            prop_assert!(status.is_ok(), "{ev:?} -> {status:?}");
-        }
-        Ok(())
-    }
-
-    /// The index holds exactly the pool's cached blocks, under the router's own hashes.
-    fn matches(&self, pool: &BlockPool) -> Result<(), TestCaseError> {
-        prop_assert_eq!(self.index.stats().blocks, pool.cached_blocks() as u64);
-        for h in pool.cached_hashes() {
-            prop_assert_eq!(self.index.holders(h), vec![self.rank]);
-        }
-        let ids = self.index.stats().event_ids;
-        prop_assert_eq!((ids.gaps, ids.out_of_order), (0, 0));
-        Ok(())
-    }
-}
-
 #[test]
 fn prefix_reuse_makes_the_second_identical_prompt_cheaper_and_stores_only_new_blocks() {
     let mut e = engine(256, 8192, Role::Agg);
@@ -137,7 +99,10 @@ fn prefix_reuse_makes_the_second_identical_prompt_cheaper_and_stores_only_new_bl
     let second = run(&mut e, &mut now);
     assert!(second[0].work.prefill_tokens < first[0].work.prefill_tokens);
     assert!(second[0].duration_us < first[0].duration_us);
-    assert!(stored_hashes(&events(&second)).is_empty(), "all blocks reused");
+    assert!(
+        stored_hashes(&events(&second)).is_empty(),
+        "all blocks reused"
+    );
 
     let mut longer = prompt.clone();
     longer.extend(toks(2, 2 * BS));
@@ -151,6 +116,24 @@ fn prefix_reuse_makes_the_second_identical_prompt_cheaper_and_stores_only_new_bl
         &evs[0].data,
         KvEventData::Stored { parent: Some(p), .. } if p.0 == hashes[9].0
     ));
+}
+
+#[test]
+fn identical_prompts_prefilled_together_store_each_block_once() {
+    let mut e = engine(256, 8192, Role::Agg);
+    let mut now = 0;
+    let prompt = toks(5, 6 * BS);
+    e.submit(req(1, prompt.clone(), 2)).expect("submit");
+    e.submit(req(2, prompt, 2)).expect("submit");
+    let outs = run(&mut e, &mut now);
+    assert_eq!(outs[0].first_tokens, vec![id(1), id(2)]);
+    assert_eq!(
+        stored_hashes(&events(&outs)).len(),
+        6,
+        "the second copy collapses"
+    );
+    assert_eq!(e.load().kv_cached_blocks, 6);
+    assert_eq!(e.pool().anomalies(), 0);
 }
 
 #[test]
@@ -213,7 +196,11 @@ fn chunked_prefill_respects_the_token_budget() {
     e.submit(req(2, toks(2, 100), 3)).expect("submit");
     let outs = run(&mut e, &mut now);
     for o in &outs {
-        assert!(o.work.prefill_tokens + o.work.decode_seqs <= 64, "{:?}", o.work);
+        assert!(
+            o.work.prefill_tokens + o.work.decode_seqs <= 64,
+            "{:?}",
+            o.work
+        );
     }
     assert_eq!(outs[0].work.prefill_tokens, 64);
     let first_at = outs.iter().position(|o| o.first_tokens.contains(&id(1)));
@@ -262,7 +249,11 @@ fn staged_kv_that_nobody_releases_is_expired_and_counted_as_stranded() {
     e.submit(req(1, toks(1, 64), 50)).expect("submit");
     e.submit(req(2, toks(2, 64), 50)).expect("submit");
     let outs = run(&mut e, &mut now);
-    assert_eq!(outs.len(), 1, "a prefill engine stops after the first token");
+    assert_eq!(
+        outs.len(),
+        1,
+        "a prefill engine stops after the first token"
+    );
     assert_eq!(outs[0].finished, vec![id(1), id(2)]);
     assert_eq!(e.load().staged, 2);
     assert!(e.load().kv_used_blocks > 0);
@@ -287,7 +278,11 @@ fn a_decode_leg_with_a_staged_prompt_starts_decoding_without_prefill() {
     assert_eq!(outs[0].work.prefill_tokens, 0);
     assert_eq!(outs[0].work.decode_seqs, 1);
     assert_eq!(outs[0].first_tokens, vec![id(1)]);
-    assert_eq!(stored_hashes(&events(&outs)).len(), 4, "transferred blocks are cached");
+    assert_eq!(
+        stored_hashes(&events(&outs)).len(),
+        4,
+        "transferred blocks are cached"
+    );
 }
 
 #[test]
@@ -295,10 +290,14 @@ fn event_ids_increase_by_one() {
     let mut e = engine(12, 8192, Role::Agg);
     let mut now = 0;
     for n in 0..8 {
-        e.submit(req(n, toks(n as u32, 3 * BS + 5), 4)).expect("submit");
+        e.submit(req(n, toks(n as u32, 3 * BS + 5), 4))
+            .expect("submit");
     }
     let evs = events(&run(&mut e, &mut now));
-    assert!(evs.iter().any(|e| matches!(e.data, KvEventData::Removed { .. })));
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e.data, KvEventData::Removed { .. }))
+    );
     for (i, ev) in evs.iter().enumerate() {
         assert_eq!(ev.event_id, i as u64);
         assert_eq!((ev.worker, ev.dp_rank), (WorkerId(7), 0));
@@ -322,105 +321,4 @@ fn bad_configs_and_requests_are_rejected() {
         e.submit(req(1, toks(1, 8), 1)),
         Err(SubmitError::Duplicate(id(1)))
     );
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Submit { prefix: u8, suffix: usize, max_tokens: u32 },
-    Cancel(u8),
-    Step,
-    Release(u8),
-    Expire,
-    Clear,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        3 => (0u8..4, 0usize..70, 1u32..24).prop_map(|(prefix, suffix, max_tokens)| Op::Submit {
-            prefix,
-            suffix,
-            max_tokens
-        }),
-        1 => any::<u8>().prop_map(Op::Cancel),
-        6 => Just(Op::Step),
-        1 => any::<u8>().prop_map(Op::Release),
-        1 => Just(Op::Expire),
-        1 => Just(Op::Clear),
-    ]
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
-
-    #[test]
-    fn replayed_events_match_the_pool_and_invariants_hold(
-        ops in prop::collection::vec(op(), 1..120),
-        prefill_role in any::<bool>(),
-        blocks in 12usize..40,
-    ) {
-        let role = if prefill_role { Role::Prefill } else { Role::Agg };
-        let mut c = cfg(blocks, 48, role);
-        c.max_num_seqs = 6;
-        let mut e = Engine::new(c).expect("valid config");
-        let mut replay = Replay::new(&e);
-        let mut now = 0u64;
-        let mut next = 0u128;
-        let mut live: BTreeMap<u128, u32> = BTreeMap::new();
-        let mut emitted: BTreeMap<u128, u32> = BTreeMap::new();
-        for op in ops {
-            match op {
-                Op::Submit { prefix, suffix, max_tokens } => {
-                    let mut t = toks(u32::from(prefix) + 100, 2 * BS);
-                    t.extend(toks(next as u32, suffix));
-                    next += 1;
-                    if e.submit(req(next, t, max_tokens)).is_ok() {
-                        let want = if prefill_role { 1 } else { max_tokens };
-                        live.insert(next, want);
-                    }
-                }
-                Op::Cancel(k) => {
-                    let n = u128::from(k) % (next + 1);
-                    if e.cancel(id(n)) {
-                        live.remove(&n);
-                    }
-                }
-                Op::Step => {
-                    let out = e.step(now);
-                    now += out.duration_us.max(1);
-                    for (r, k) in &out.tokens {
-                        *emitted.entry(r.0.as_u128()).or_default() += k;
-                    }
-                    replay.apply(&out.kv_events)?;
-                }
-                Op::Release(k) => {
-                    e.release_staged(id(u128::from(k) % (next + 1)));
-                }
-                Op::Expire => {
-                    e.expire_staged(now);
-                }
-                Op::Clear => replay.apply(&e.clear_cache())?,
-            }
-            replay.apply(&e.drain_events())?;
-            prop_assert_eq!(e.pool().check_invariants(), Ok(()));
-            prop_assert_eq!(e.pool().anomalies(), 0);
-            prop_assert!(e.pool().used_blocks() <= blocks);
-            replay.matches(e.pool())?;
-        }
-        // Liveness: with staged KV released, everything still in the engine finishes.
-        for n in 0..=next {
-            e.release_staged(id(n));
-        }
-        let outs = run(&mut e, &mut now);
-        for o in &outs {
-            for (r, k) in &o.tokens {
-                *emitted.entry(r.0.as_u128()).or_default() += k;
-            }
-            replay.apply(&o.kv_events)?;
-        }
-        prop_assert!(e.is_idle());
-        replay.matches(e.pool())?;
-        for (n, want) in live {
-            prop_assert_eq!(emitted.get(&n).copied().unwrap_or(0), want, "request {}", n);
-        }
-    }
 }
