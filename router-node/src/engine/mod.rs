@@ -90,7 +90,9 @@ pub struct SeqRequest {
     pub staged_prefix: Option<usize>,
 }
 
-/// What one pass did.
+/// What one pass did. The pass starts at the `now_us` given to [`Engine::step`] and ends
+/// `duration_us` later: its tokens, first tokens and finishes belong to the end, while its KV
+/// events may be published at once (the reference makes a pass's events visible at its start).
 #[derive(Debug, Clone, Default)]
 pub struct StepOutput {
     pub duration_us: u64,
