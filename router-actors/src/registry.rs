@@ -1,7 +1,8 @@
 //! WorkerRegistryActor: one per node. It keeps the set of live workers of every pool the node
 //! serves from their announcements on `workers.<pool>.announce`.
 //!
-//! - A new worker, or a known one whose spec changed, is upserted on that pool's router.
+//! - Every announcement is upserted on that pool's router (a no-op when nothing changed, and
+//!   how a restarted router learns its workers back); a changed spec is counted as an update.
 //! - Every accepted announcement renews the worker's lease (`lease_ms` from the announcement,
 //!   clamped to [`RegistryConfig::min_lease`] ..= [`RegistryConfig::max_lease`]).
 //! - A worker whose lease runs out leaves its pool's router (`remove_worker`: its index
@@ -305,9 +306,14 @@ impl RegistryState {
                     if let Some(t) = self.seqs.get_mut(token) {
                         t.forget(entry.sender);
                     }
-                } else if entry.spec != body.spec {
+                } else {
+                    // Unchanged specs are re-sent too (a no-op for a router that has the
+                    // worker): a router restarted by its supervisor learns its workers back
+                    // within one heartbeat.
                     gone |= router.upsert_worker(body.spec.clone()).is_err();
-                    self.counters.updated += 1;
+                    if entry.spec != body.spec {
+                        self.counters.updated += 1;
+                    }
                 }
                 if entry.endpoint != body.endpoint {
                     self.directory_dirty = true;

@@ -149,6 +149,11 @@ impl Actor for RouterActor {
             .as_ref()
             .map(InflightRegistry::snapshot)
             .unwrap_or_default();
+        let workers = args
+            .inflight
+            .as_ref()
+            .map(InflightRegistry::workers)
+            .unwrap_or_default();
         let mut state = RouterState::new(
             router,
             args.clock,
@@ -157,6 +162,9 @@ impl Actor for RouterActor {
             args.deltas,
             args.inflight,
         );
+        for spec in workers {
+            state.upsert_worker(spec);
+        }
         state.restore(owner, restore);
         if !args.recheck_every.is_zero() {
             myself.send_interval(args.recheck_every, || RouterMsg::Tick);

@@ -281,10 +281,16 @@ impl RouterState {
 
     pub(super) fn upsert_worker(&mut self, spec: WorkerSpec) {
         let id = spec.id;
+        if self.router.ledger().worker(id) == Some(&spec) {
+            return; // a heartbeat: nothing changed
+        }
         if let Err(error) = self.router.upsert_worker(spec) {
             self.counters.worker_errors += 1;
             tracing::warn!(worker = %id, %error, "worker announcement refused");
             return;
+        }
+        if let (Some(registry), Some(spec)) = (&self.inflight, self.router.ledger().worker(id)) {
+            registry.worker_up(spec.clone());
         }
         if !self.pending_restore.is_empty() {
             let owner = self.owner();
@@ -295,6 +301,9 @@ impl RouterState {
     }
 
     pub(super) fn remove_worker(&mut self, id: WorkerId) {
+        if let Some(registry) = &self.inflight {
+            registry.worker_down(id);
+        }
         self.router.remove_worker(id);
         self.drain();
     }

@@ -191,8 +191,12 @@ impl PoolRouter {
     }
 
     /// Adds or updates a worker in the ledger and the index.
+    /// A spec identical to the known one changes nothing (announcements repeat as heartbeats).
     pub fn upsert_worker(&mut self, spec: WorkerSpec) -> Result<(), WorkerError> {
         spec.validate()?;
+        if self.scheduler.ledger().worker(spec.id) == Some(&spec) {
+            return Ok(());
+        }
         if spec.block_size != self.block_size {
             return Err(WorkerError::BlockSize {
                 worker: spec.id,

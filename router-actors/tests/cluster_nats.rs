@@ -1,0 +1,488 @@
+//! Router nodes on a real nats-server: ledgers converge, a killed peer's bookings expire
+//! within its lease, a lost message is repaired by snapshot, RoomChanged from one node's decode
+//! pool wakes another node's prefill queue, and a router that fails mid-load is restarted with
+//! every ledger on every node at exactly zero when the load is over.
+//!
+//! Real sockets mean real time: waits poll with a bounded deadline; leases are short.
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use router_actors::bus::nats::NatsBus;
+use router_actors::bus::{Bus, BusError, Subscription};
+use router_actors::testkit::NatsServer;
+use router_actors::wire::{Subjects, WorkerAnnounce};
+use router_actors::{
+    Node, NodeConfig, PeerSyncConfig, RouterHandle, RouterMsg, Topology, WorkerLink,
+};
+use router_core::{
+    Outcome, PolicyProfile, PoolRole, Prompt, RequestId, RouteRequest, RouterId, Timestamp,
+    WorkerId, WorkerSpec,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const CLUSTER: &str = "itest";
+const LEASE: Duration = Duration::from_millis(800);
+const HEARTBEAT: Duration = Duration::from_millis(100);
+
+const DISAGG_PROFILE: &str = r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 30000
+quantum = 100
+prefill_busy_threshold = 100000
+decode_busy_threshold_frac = 0.5
+"#;
+
+/// Drops the `nth` publish on subjects ending in `.bookings` (fault injection on a real bus).
+struct LossyBus {
+    inner: Arc<dyn Bus>,
+    nth: u64,
+    seen: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Bus for LossyBus {
+    fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
+        if subject.ends_with(".bookings") {
+            let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == self.nth {
+                self.dropped.fetch_add(1, Ordering::SeqCst);
+                return Box::pin(async { Ok(()) });
+            }
+        }
+        self.inner.publish(subject, payload)
+    }
+
+    fn subscribe(&self, subject: String) -> BoxFuture<'_, Result<Subscription, BusError>> {
+        self.inner.subscribe(subject)
+    }
+
+    fn request(
+        &self,
+        subject: String,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Bytes, BusError>> {
+        self.inner.request(subject, payload, timeout)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        self.inner.flush()
+    }
+}
+
+async fn bus(server: &NatsServer) -> Arc<dyn Bus> {
+    Arc::new(
+        NatsBus::connect(server.url())
+            .await
+            .expect("connects to nats-server"),
+    )
+}
+
+fn config(id: u128, topology: Topology, profile: PolicyProfile) -> NodeConfig {
+    let mut c = NodeConfig::new(
+        CLUSTER,
+        RouterId(uuid::Uuid::from_u128(id)),
+        topology,
+        profile,
+    );
+    c.peer_sync = PeerSyncConfig {
+        heartbeat_every: HEARTBEAT,
+        lease: LEASE,
+        snapshot_window: Duration::from_millis(300),
+        snapshot_timeout: Duration::from_millis(500),
+        ..PeerSyncConfig::default()
+    };
+    c.recheck_every = Duration::from_millis(200);
+    c
+}
+
+async fn workers(bus: &Arc<dyn Bus>, pool: PoolRole, ids: &[u64], kv: u64) -> Vec<WorkerLink> {
+    let mut links = Vec::new();
+    for &id in ids {
+        let announce = WorkerAnnounce {
+            spec: WorkerSpec::new(id, 1, kv, 100_000),
+            pool,
+            endpoint: format!("http://127.0.0.1:1/{id}"),
+            heartbeat_ms: 0,
+            lease_ms: 5_000,
+        };
+        let subjects = Subjects::new(CLUSTER);
+        links.push(
+            WorkerLink::start(
+                Arc::clone(bus),
+                &subjects,
+                announce,
+                Duration::from_millis(200),
+            )
+            .await
+            .expect("announces"),
+        );
+    }
+    links
+}
+
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not within {limit:?}: {what}");
+}
+
+async fn ready(node: &Node) {
+    let mut rx = node.ready();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r))
+        .await
+        .expect("node ready in time")
+        .expect("alive");
+}
+
+fn request(id: u128, blocks: u32) -> RouteRequest {
+    let tokens = (0..blocks * 16).map(|t| t + id as u32 * 100_000).collect();
+    RouteRequest::new(
+        RequestId::from_u128(id),
+        router_core::Phase::Aggregated,
+        Prompt::Tokens(tokens),
+        Timestamp(0),
+    )
+}
+
+async fn admit(router: &RouterHandle, r: RouteRequest) -> router_core::Admission {
+    match router.route(r).await {
+        Ok(Ok(Outcome::Admitted(a))) => a,
+        other => panic!("expected an admission, got {other:?}"),
+    }
+}
+
+/// Per-rank (prefill, decode blocks, requests) of a node's pool ledger.
+async fn loads(router: &RouterHandle) -> Vec<(u64, u64, u32)> {
+    let snap = router.observe().await.expect("alive");
+    snap.scheduler
+        .ledger
+        .ranks
+        .iter()
+        .map(|r| (r.prefill_tokens, r.decode_blocks, r.requests))
+        .collect()
+}
+
+async fn idle(router: &RouterHandle) -> bool {
+    router
+        .observe()
+        .await
+        .map(|s| s.scheduler.ledger.is_idle())
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routers_converge_under_bookings_and_releases_and_end_idle() {
+    let server = NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)");
+    let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
+    let a = Node::start(
+        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_a),
+    )
+    .await
+    .expect("node a");
+    let b = Node::start(
+        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_b),
+    )
+    .await
+    .expect("node b");
+    let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3, 4], 100_000).await;
+    ready(&a).await;
+    ready(&b).await;
+    let (ra, rb) = (
+        a.router(PoolRole::Aggregated).expect("pool").clone(),
+        b.router(PoolRole::Aggregated).expect("pool").clone(),
+    );
+    for id in 1..=60u128 {
+        let router = if id % 2 == 0 { &ra } else { &rb };
+        admit(router, request(id, 4 + (id % 7) as u32)).await;
+        if id % 3 == 0 {
+            router
+                .prefill_done(RequestId::from_u128(id))
+                .expect("alive");
+        }
+        if id % 5 == 0 {
+            router.release(RequestId::from_u128(id)).expect("alive");
+        }
+    }
+    eventually(
+        "both ledgers hold the same load",
+        Duration::from_secs(5),
+        || async {
+            let (la, lb) = (loads(&ra).await, loads(&rb).await);
+            la == lb && la.iter().map(|l| l.2).sum::<u32>() == 48
+        },
+    )
+    .await;
+    for id in 1..=60u128 {
+        let router = if id % 2 == 0 { &ra } else { &rb };
+        router.release(RequestId::from_u128(id)).expect("alive");
+    }
+    eventually("every ledger idle", Duration::from_secs(5), || async {
+        idle(&ra).await && idle(&rb).await
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
+    let server = NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)");
+    let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
+    let a = Node::start(
+        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_a),
+    )
+    .await
+    .expect("node a");
+    let b = Node::start(
+        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_b),
+    )
+    .await
+    .expect("node b");
+    let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
+    ready(&a).await;
+    ready(&b).await;
+    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
+    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    for id in 1..=10u128 {
+        admit(&ra, request(id, 4)).await;
+    }
+    eventually("b sees a's bookings", Duration::from_secs(5), || async {
+        rb.observe()
+            .await
+            .map(|s| s.scheduler.ledger.bookings)
+            .unwrap_or(0)
+            == 10
+    })
+    .await;
+    // Kill a: its actors stop without releasing anything.
+    let killed = Instant::now();
+    a.shutdown().await;
+    eventually(
+        "a's bookings expire on b",
+        LEASE + HEARTBEAT * 4 + Duration::from_secs(1),
+        || async { idle(&rb).await },
+    )
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took >= LEASE - HEARTBEAT * 2,
+        "expired before the lease: {took:?}"
+    );
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
+    let server = NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)");
+    let inner = bus(&server).await;
+    let lossy = Arc::new(LossyBus {
+        inner,
+        nth: 6,
+        seen: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+    });
+    let bus_b = bus(&server).await;
+    let a = Node::start(
+        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+        lossy.clone(),
+    )
+    .await
+    .expect("node a");
+    let b = Node::start(
+        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_b),
+    )
+    .await
+    .expect("node b");
+    let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
+    ready(&a).await;
+    ready(&b).await;
+    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
+    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    for id in 1..=20u128 {
+        admit(&ra, request(id, 3)).await;
+    }
+    eventually(
+        "b repaired to a's state",
+        Duration::from_secs(5),
+        || async { loads(&ra).await == loads(&rb).await },
+    )
+    .await;
+    assert_eq!(lossy.dropped.load(Ordering::SeqCst), 1, "the fault fired");
+    let sync = b
+        .peer_sync(PoolRole::Aggregated)
+        .expect("pool")
+        .observe()
+        .await
+        .expect("alive");
+    assert!(
+        sync.counters.gaps >= 1 || sync.counters.digest_mismatches >= 1,
+        "{:?}",
+        sync.counters
+    );
+    assert!(sync.counters.snapshots_applied >= 1, "{:?}", sync.counters);
+    for id in 1..=20u128 {
+        ra.release(RequestId::from_u128(id)).expect("alive");
+    }
+    eventually("every ledger idle", Duration::from_secs(5), || async {
+        idle(&ra).await && idle(&rb).await
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_changed_from_one_nodes_decode_pool_wakes_another_nodes_prefill_queue() {
+    let server = NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)");
+    let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
+    let profile = || PolicyProfile::from_toml_str(DISAGG_PROFILE).expect("profile");
+    let a = Node::start(
+        config(1, Topology::Disaggregated, profile()),
+        Arc::clone(&bus_a),
+    )
+    .await
+    .expect("node a");
+    let b = Node::start(
+        config(2, Topology::Disaggregated, profile()),
+        Arc::clone(&bus_b),
+    )
+    .await
+    .expect("node b");
+    let _prefill = workers(&bus_a, PoolRole::Prefill, &[1], 100_000).await;
+    // One decode worker of 100 blocks: the class may commit 50.
+    let _decode = workers(&bus_a, PoolRole::Decode, &[11], 100).await;
+    ready(&a).await;
+    ready(&b).await;
+    let pa = a.router(PoolRole::Prefill).expect("prefill").clone();
+    let pb = b.router(PoolRole::Prefill).expect("prefill").clone();
+    let da = a.router(PoolRole::Decode).expect("decode").clone();
+    let db = b.router(PoolRole::Decode).expect("decode").clone();
+    let mut first = request(1, 40);
+    first.phase = router_core::Phase::Prefill;
+    let held = admit(&pa, first).await;
+    assert!(held.decode_reservation.is_some());
+    eventually(
+        "b's decode ledger shows a's reservation",
+        Duration::from_secs(5),
+        || async {
+            db.observe()
+                .await
+                .map(|s| s.scheduler.ledger.reservations)
+                .unwrap_or(0)
+                == 1
+        },
+    )
+    .await;
+    let mut second = request(2, 40);
+    second.phase = router_core::Phase::Prefill;
+    let waiting = tokio::spawn(async move { pb.route(second).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "b's request must wait for decode room"
+    );
+    // a's prefill leg fails: the reservation goes back on a's decode pool.
+    pa.release(RequestId::from_u128(1)).expect("alive");
+    da.unreserve(RequestId::from_u128(1)).expect("alive");
+    let out = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken in time")
+        .expect("task");
+    assert!(matches!(out, Ok(Ok(Outcome::Admitted(_)))), "{out:?}");
+    assert!(
+        b.room_counters.received.load(Ordering::Relaxed) >= 1,
+        "b heard a's RoomChanged"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_that_fails_mid_load_is_restarted_and_every_ledger_ends_at_zero() {
+    let server = NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)");
+    let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
+    let a = Node::start(
+        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_a),
+    )
+    .await
+    .expect("node a");
+    let b = Node::start(
+        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+        Arc::clone(&bus_b),
+    )
+    .await
+    .expect("node b");
+    let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3], 100_000).await;
+    ready(&a).await;
+    ready(&b).await;
+    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
+    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    for id in 1..=30u128 {
+        admit(if id % 2 == 0 { &ra } else { &rb }, request(id, 5)).await;
+        if id == 15 {
+            ra.cast(RouterMsg::InjectFault("injected mid-load".into()))
+                .expect("alive");
+            eventually("a's router restarted", Duration::from_secs(5), || async {
+                ra.observe().await.is_ok()
+            })
+            .await;
+        }
+    }
+    let children = ractor::call!(
+        a.supervisor(),
+        router_actors::supervisor::SupervisorMsg::Observe
+    )
+    .expect("supervisor");
+    assert!(
+        children
+            .iter()
+            .any(|c| c.name == "router-agg" && c.restarts == 1),
+        "{children:?}"
+    );
+    for id in 1..=30u128 {
+        (if id % 2 == 0 { &ra } else { &rb })
+            .release(RequestId::from_u128(id))
+            .expect("alive");
+    }
+    eventually(
+        "every ledger on every node at zero",
+        Duration::from_secs(8),
+        || async { idle(&ra).await && idle(&rb).await },
+    )
+    .await;
+    assert!(a.inflight(PoolRole::Aggregated).expect("pool").is_empty());
+    let _ = WorkerId(0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
