@@ -20,7 +20,7 @@ mod proxy;
 
 pub use error::{ApiError, Stage};
 pub use metrics::Metrics;
-pub use openai::{Endpoint, ParsedRequest, render_chat};
+pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use proxy::BookingGuard;
 
 use axum::Router;
@@ -168,12 +168,13 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Serves the frontend on an already-bound listener until `shutdown` resolves, then drains
-/// open connections.
+/// open connections. The tokenizer is built in the background as serving starts.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    tokio::spawn(openai::warm_tokenizer());
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await

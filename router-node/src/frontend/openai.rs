@@ -245,6 +245,15 @@ pub async fn tokenize(prompt: PromptInput) -> Vec<u32> {
     }
 }
 
+/// Builds the tokenizer on a blocking thread (about a second in a debug build), so the
+/// first text request does not pay for it.
+pub async fn warm_tokenizer() {
+    let _ = tokio::task::spawn_blocking(|| {
+        let _ = tiktoken_rs::o200k_base_singleton();
+    })
+    .await;
+}
+
 fn byte_pieces(text: &str) -> impl Iterator<Item = u32> + '_ {
     text.as_bytes().chunks(4).map(|c| {
         let mut b = [0u8; 4];
