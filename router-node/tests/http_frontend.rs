@@ -10,7 +10,7 @@ use futures::StreamExt;
 use router_node::frontend::Limits;
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{error_of, spawn_node, spawn_worker};
+use support::{Fault, error_of, spawn_faulty_worker, spawn_node, spawn_worker};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -311,5 +311,98 @@ async fn operational_routes_answer() {
     assert_eq!(state.status(), 200);
     let state: Value = state.json().await.unwrap();
     assert!(state["scheduler"]["ledger"].is_object(), "{state}");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_failing_worker_is_a_502_and_its_booking_is_released() {
+    let worker = spawn_faulty_worker(3, MS, Fault::Status(500)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1, 2]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "upstream_status");
+    assert!(
+        err["message"].as_str().unwrap().contains("engine says no"),
+        "{err}"
+    );
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_worker_client_error_keeps_its_status() {
+    let worker = spawn_faulty_worker(3, MS, Fault::Status(422)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .post("/v1/chat/completions")
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    assert_eq!(error_of(response).await["type"], "invalid_request_error");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking() {
+    // A port that was bound and closed again: nothing listens there.
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let node = spawn_node(&[&closed], Limits::default()).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    assert_eq!(error_of(response).await["reason"], "upstream_connect");
+    node.assert_idle().await;
+
+    let node = spawn_node(&[], Limits::default()).await;
+    node.router
+        .upsert_worker(router_core::WorkerSpec::new(9, 1, 1000, 2000))
+        .unwrap();
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(error_of(response).await["reason"], "no_endpoint");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_breaks_mid_stream_ends_the_stream_with_an_error_event() {
+    let worker = spawn_faulty_worker(5, MS, Fault::BreakAfter(2)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let streamed = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    let text = streamed.text().await.unwrap();
+    assert_eq!(text.matches(r#""text":"tok""#).count(), 2, "{text}");
+    assert!(text.contains(r#""reason":"upstream_stream""#), "{text}");
+    let full = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(full.status(), 502);
+    assert_eq!(error_of(full).await["reason"], "upstream_stream");
     node.assert_idle().await;
 }

@@ -51,10 +51,21 @@ pub struct Seen {
     pub traceparent: Option<String>,
 }
 
+/// How the stand-in worker misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Answers this status with a JSON error body instead of streaming.
+    Status(u16),
+    /// Breaks the connection after this many chunks.
+    BreakAfter(usize),
+}
+
 #[derive(Clone)]
 struct WorkerState {
     chunks: usize,
     delay: Duration,
+    fault: Fault,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -66,10 +77,15 @@ pub struct StandInWorker {
 
 /// A stand-in worker streaming `chunks` chunks, `delay` before each.
 pub async fn spawn_worker(chunks: usize, delay: Duration) -> StandInWorker {
+    spawn_faulty_worker(chunks, delay, Fault::None).await
+}
+
+pub async fn spawn_faulty_worker(chunks: usize, delay: Duration, fault: Fault) -> StandInWorker {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let state = WorkerState {
         chunks,
         delay,
+        fault,
         seen: seen.clone(),
     };
     let app = axum::Router::new()
@@ -108,9 +124,20 @@ async fn stream_chunks(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });
+    if let Fault::Status(code) = state.fault {
+        return Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"error":{"message":"engine says no"}}"#))
+            .unwrap();
+    }
     let delay = state.delay;
+    let fault = state.fault;
     let events = futures::stream::iter(0..=state.chunks).then(move |i| async move {
         tokio::time::sleep(delay).await;
+        if fault == Fault::BreakAfter(i) {
+            return Err(std::io::Error::other("engine crashed"));
+        }
         let event = if i == state.chunks {
             "data: [DONE]\n\n".to_owned()
         } else if chat {
@@ -119,7 +146,7 @@ async fn stream_chunks(
         } else {
             "data: {\"id\":\"c1\",\"choices\":[{\"text\":\"tok\",\"index\":0}]}\n\n".to_owned()
         };
-        Ok::<_, std::convert::Infallible>(event)
+        Ok(event)
     });
     Response::builder()
         .header("content-type", "text/event-stream")
