@@ -141,6 +141,17 @@ impl ApiError {
             .class(Some(class))
     }
 
+    /// Too many requests in progress at this node.
+    pub fn saturated(limit: usize) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            Stage::Request,
+            "frontend_saturated",
+        )
+        .message(format!("more than {limit} requests in progress"))
+    }
+
     /// The router actor is gone (restarting or stopped).
     pub fn router_gone() -> Self {
         Self::new(

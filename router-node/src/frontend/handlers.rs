@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::{Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp};
 use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// The header naming a request's policy class (absent or empty: the default class).
 pub const CLASS_HEADER: &str = "x-policy-class";
@@ -55,7 +56,13 @@ async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: B
         Err(_) => "unknown".to_owned(),
     };
     state.metrics.request(endpoint.label(), &class);
-    match admit_and_forward(&state, endpoint, &headers, body, requested, &class).await {
+    let outcome = match state.permits.clone().try_acquire_owned() {
+        Ok(permit) => {
+            admit_and_forward(&state, endpoint, &headers, body, requested, &class, permit).await
+        }
+        Err(_) => Err(ApiError::saturated(state.limits.max_concurrent_requests)),
+    };
+    match outcome {
         Ok(response) => response,
         Err(err) => {
             let err = if err.class.is_none() {
@@ -76,6 +83,7 @@ async fn admit_and_forward(
     body: Body,
     requested: Option<String>,
     class: &str,
+    permit: OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
     let request = ParsedRequest::parse(endpoint, &bytes)?;
@@ -93,7 +101,8 @@ async fn admit_and_forward(
         Err(_gone) => Err(ApiError::router_gone()),
         Ok(Err(RouteError::UnknownClass(e))) => Err(ApiError::unknown_class(&e)),
         Ok(Ok(Outcome::Admitted(admission))) => {
-            let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
+            let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone())
+                .with_permit(permit);
             state.metrics.admission_latency(class, started.elapsed());
             forward(
                 state,

@@ -32,7 +32,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 /// Where each worker's OpenAI API lives. The worker registry actor implements it; tests use
 /// [`StaticDirectory`].
@@ -54,6 +54,9 @@ impl WorkerDirectory for StaticDirectory {
 /// The frontend's bounds. Every one of them is enforced; none is unlimited.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// OpenAI requests handled at once (parsing, waiting for admission or streaming);
+    /// one more is a 429 `frontend_saturated`.
+    pub max_concurrent_requests: usize,
     /// Largest accepted request body; a larger one is a 413.
     pub max_body_bytes: usize,
     /// Output tokens assumed when a request gives no `max_tokens`.
@@ -72,6 +75,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
+            max_concurrent_requests: 4096,
             max_body_bytes: 4 * 1024 * 1024,
             default_max_tokens: 256,
             max_expected_output_tokens: 32_768,
@@ -107,6 +111,8 @@ pub struct AppState {
     pub models: Arc<[String]>,
     /// `GET /ready` answers 200 while this says `true`.
     pub ready: watch::Receiver<bool>,
+    /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
+    pub permits: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -128,6 +134,7 @@ impl AppState {
         ready: watch::Receiver<bool>,
     ) -> reqwest::Result<Self> {
         Ok(Self {
+            permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
             directory,
             http: limits.http_client()?,

@@ -23,6 +23,7 @@ use router_core::{RequestId, WorkerId};
 use serde_json::{Map, Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Holds one admitted request's booking. Dropping it releases the booking, whether the
 /// request finished, failed upstream or its client went away (the response body owns it).
@@ -32,6 +33,8 @@ pub struct BookingGuard {
     id: RequestId,
     metrics: Arc<Metrics>,
     prefill_reported: bool,
+    /// The request's concurrency permit, returned with the booking.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl BookingGuard {
@@ -42,7 +45,14 @@ impl BookingGuard {
             id,
             metrics,
             prefill_reported: false,
+            permit: None,
         }
+    }
+
+    /// Holds `permit` until the booking is released.
+    pub fn with_permit(mut self, permit: OwnedSemaphorePermit) -> Self {
+        self.permit = Some(permit);
+        self
     }
 
     pub fn id(&self) -> RequestId {

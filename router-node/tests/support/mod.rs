@@ -35,6 +35,7 @@ quantum = 100
 name = "batch"
 slo_ms = 10000
 quantum = 10
+prefill_busy_threshold = 100
 [[classes]]
 name = "realtime"
 slo_ms = 100
@@ -275,4 +276,16 @@ impl Node {
 pub async fn error_of(response: reqwest::Response) -> Value {
     let body: Value = response.json().await.unwrap();
     body.get("error").cloned().unwrap_or(Value::Null)
+}
+
+/// Sends a 300-token request whose first chunk comes after the worker's delay, and waits
+/// until it is booked (the pool is then prefill-busy for the gated classes).
+pub async fn occupy(node: &Node) -> tokio::task::JoinHandle<u16> {
+    let long: Vec<u32> = (0..300).collect();
+    let call = node
+        .post("/v1/completions")
+        .json(&serde_json::json!({"model": "m", "prompt": long}));
+    let first = tokio::spawn(async move { call.send().await.unwrap().status().as_u16() });
+    node.wait_bookings(1).await;
+    first
 }
