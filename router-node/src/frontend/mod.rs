@@ -19,6 +19,7 @@ mod openai;
 mod proxy;
 
 pub use error::{ApiError, Stage};
+pub use handlers::CLASS_HEADER;
 pub use metrics::Metrics;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use proxy::BookingGuard;
