@@ -1,4 +1,8 @@
-//! `router-node` as a library: the parts of the node that other targets (the binary, tests,
-//! benches) use as modules. Today that is the simulated engine behind `worker --sim`.
+//! `router-node` as a library: the parts of the node that the binary, integration tests and
+//! benches drive directly.
+//!
+//! - `engine`: the simulated engine behind `worker --sim` (block pool, scheduler, timing).
+//! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
 
 pub mod engine;
+pub mod frontend;

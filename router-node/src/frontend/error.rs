@@ -1,0 +1,226 @@
+//! The frontend's one error type and its HTTP mapping. Every error answers with a JSON body
+//! `{"error": {"message", "type", "class", "stage", "reason"}}`; `reason` is a stable,
+//! bounded label (the router's `RejectReason::label()` or one of the frontend's own), also
+//! used as the metric label, and `stage` says where the request stopped.
+//!
+//! Status codes: malformed input 400, oversized body 413, a shed request (queue full,
+//! deadline, may-not-queue, overload) 429 with `Retry-After: 1`, no worker or no router 503,
+//! a failing worker 502, anything that is our bug 500.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use router_core::RejectReason;
+use serde::Serialize;
+
+/// Where a request stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Reading and validating the HTTP request.
+    Request,
+    /// The router's admission decision.
+    Admission,
+    /// Finding and calling the admitted worker.
+    Dispatch,
+    /// Reading the worker's response.
+    Upstream,
+}
+
+/// An error answer. Build it with the constructors; it turns into a response by itself.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+    pub class: Option<String>,
+    pub stage: Stage,
+    pub reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    class: Option<&'a str>,
+    stage: Stage,
+    reason: &'a str,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, stage: Stage, reason: &'static str) -> Self {
+        Self {
+            status,
+            kind,
+            message: String::new(),
+            class: None,
+            stage,
+            reason,
+        }
+    }
+
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    pub fn class(mut self, class: Option<String>) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// A malformed or invalid request field (`field` is named in the message).
+    pub fn bad_field(field: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Request,
+            "invalid_body",
+        )
+        .message(format!("field `{field}`: {why}"))
+    }
+
+    /// A bad header value (`name` is named in the message).
+    pub fn bad_header(name: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Request,
+            "invalid_header",
+        )
+        .message(format!("header `{name}`: {why}"))
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            Stage::Request,
+            "body_too_large",
+        )
+        .message(format!("request body is larger than {limit} bytes"))
+    }
+
+    pub fn unknown_class(err: &router_core::UnknownClass) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Admission,
+            "unknown_class",
+        )
+        .message(err.to_string())
+        .class(Some(err.class.clone()))
+    }
+
+    /// The router refused the request.
+    pub fn rejected(reason: &RejectReason, class: String) -> Self {
+        let (status, kind) = match reason {
+            RejectReason::QueueFull { .. }
+            | RejectReason::DeadlinePassed { .. }
+            | RejectReason::WouldQueue { .. }
+            | RejectReason::BehindBacklog
+            | RejectReason::AllWorkersOverloaded => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
+            }
+            RejectReason::NoWorkers
+            | RejectReason::PinnedOverloaded { .. }
+            | RejectReason::PinnedUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
+            }
+            RejectReason::Duplicate | RejectReason::UnknownClass => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+            }
+        };
+        Self::new(status, kind, Stage::Admission, reason.label())
+            .message(reason.to_string())
+            .class(Some(class))
+    }
+
+    /// Too many requests in progress at this node.
+    pub fn saturated(limit: usize) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            Stage::Request,
+            "frontend_saturated",
+        )
+        .message(format!("more than {limit} requests in progress"))
+    }
+
+    /// The router actor is gone (restarting or stopped).
+    pub fn router_gone() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            Stage::Admission,
+            "router_unavailable",
+        )
+        .message("the router is unavailable")
+    }
+
+    pub fn no_endpoint(worker: router_core::WorkerId) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            Stage::Dispatch,
+            "no_endpoint",
+        )
+        .message(format!("no endpoint known for {worker}"))
+    }
+
+    /// The worker failed (connect error, bad status, broken stream, oversized answer).
+    pub fn upstream(stage: Stage, reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "upstream_error", stage, reason).message(message)
+    }
+
+    pub fn internal(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            Stage::Admission,
+            reason,
+        )
+        .message(message)
+    }
+
+    /// True when the client should simply retry later.
+    pub fn retryable(&self) -> bool {
+        self.status == StatusCode::TOO_MANY_REQUESTS
+    }
+
+    /// The JSON body alone (also sent as an SSE `data:` event when a stream breaks).
+    pub fn body_json(&self) -> String {
+        let body = Body {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                class: self.class.as_deref(),
+                stage: self.stage,
+                reason: self.reason,
+            },
+        };
+        serde_json::to_string(&body).unwrap_or_else(|_| String::from(r#"{"error":{}}"#))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body_json(),
+        )
+            .into_response();
+        if self.retryable() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

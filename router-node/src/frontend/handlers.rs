@@ -1,0 +1,198 @@
+//! The route handlers: the two OpenAI routes (read, parse, tokenize, admit, proxy) and the
+//! operational ones (`/v1/models`, `/health`, `/ready`, `/metrics`, `/debug/state`).
+//!
+//! An OpenAI request goes: class header → body under the size limit → parse → tokenize →
+//! `route` → on admission a [`BookingGuard`] at once (no await in between, so a dropped
+//! handler can never leak a booking) → `proxy::forward`. Every failure is an [`ApiError`]
+//! counted under its class and reason.
+
+use super::AppState;
+use super::error::ApiError;
+use super::openai::{Endpoint, ParsedRequest, tokenize};
+use super::proxy::{BookingGuard, forward};
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use router_core::{Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp};
+use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// The header naming a request's policy class (absent or empty: the default class).
+pub const CLASS_HEADER: &str = "x-policy-class";
+
+pub(super) async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    openai(state, Endpoint::Completions, headers, body).await
+}
+
+pub(super) async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    openai(state, Endpoint::Chat, headers, body).await
+}
+
+async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let requested = match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok("")) => None,
+        Some(Ok(v)) => Some(v.to_owned()),
+        Some(Err(_)) => {
+            state.metrics.request(endpoint.label(), "unknown");
+            state.metrics.rejection("unknown", "invalid_header");
+            return ApiError::bad_header(CLASS_HEADER, "must be visible ASCII").into_response();
+        }
+    };
+    // Same profile as the router's: a bounded label, and the name errors carry.
+    let class = match state.profile.resolve(requested.as_deref()) {
+        Ok(id) => state.class_name(id),
+        Err(_) => "unknown".to_owned(),
+    };
+    state.metrics.request(endpoint.label(), &class);
+    let outcome = match state.permits.clone().try_acquire_owned() {
+        Ok(permit) => {
+            admit_and_forward(&state, endpoint, &headers, body, requested, &class, permit).await
+        }
+        Err(_) => Err(ApiError::saturated(state.limits.max_concurrent_requests)),
+    };
+    match outcome {
+        Ok(response) => response,
+        Err(err) => {
+            let err = if err.class.is_none() {
+                err.class(Some(class.clone()))
+            } else {
+                err
+            };
+            state.metrics.rejection(&class, err.reason);
+            err.into_response()
+        }
+    }
+}
+
+async fn admit_and_forward(
+    state: &AppState,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+    requested: Option<String>,
+    class: &str,
+    permit: OwnedSemaphorePermit,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
+    let request = ParsedRequest::parse(endpoint, &bytes)?;
+    drop(bytes);
+    let tokens = tokenize(request.prompt.clone()).await;
+    let id = RequestId(uuid::Uuid::now_v7());
+    let mut route = RouteRequest::new(id, Phase::Aggregated, Prompt::Tokens(tokens), Timestamp(0));
+    route.class = requested;
+    route.expected_output_tokens = request
+        .max_tokens
+        .unwrap_or(state.limits.default_max_tokens)
+        .min(state.limits.max_expected_output_tokens);
+    let started = tokio::time::Instant::now();
+    match state.router.route(route).await {
+        Err(_gone) => Err(ApiError::router_gone()),
+        Ok(Err(RouteError::UnknownClass(e))) => Err(ApiError::unknown_class(&e)),
+        Ok(Ok(Outcome::Admitted(admission))) => {
+            let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone())
+                .with_permit(permit);
+            state.metrics.admission_latency(class, started.elapsed());
+            forward(
+                state,
+                &request,
+                admission.rank.worker,
+                headers,
+                class,
+                guard,
+            )
+            .await
+        }
+        Ok(Ok(Outcome::Rejected {
+            class: cid, reason, ..
+        })) => {
+            state.metrics.admission_latency(class, started.elapsed());
+            Err(ApiError::rejected(&reason, state.class_name(cid)))
+        }
+        Ok(Ok(Outcome::Queued { .. })) => {
+            // `route` answers only admitted or rejected; never leave a queued one behind.
+            let _ = state.router.cancel(id);
+            Err(ApiError::internal(
+                "unexpected_queued",
+                "the router answered `queued` to a route call",
+            ))
+        }
+    }
+}
+
+/// The request body, at most `limit` bytes (checked against `Content-Length` first, then
+/// while reading).
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::with_capacity(declared.map_or(0, |l| l as usize).min(limit));
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::bad_field("body", format!("could not be read: {e}")))?;
+        if buf.len().saturating_add(chunk.len()) > limit {
+            return Err(ApiError::too_large(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+pub(super) async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let data: Vec<_> = state
+        .models
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+pub(super) async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub(super) async fn ready(State(state): State<AppState>) -> Response {
+    if *state.ready.borrow() {
+        Json(json!({"status": "ready"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "not_ready"})),
+        )
+            .into_response()
+    }
+}
+
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+pub(super) async fn debug_state(State(state): State<AppState>) -> Response {
+    match state.router.observe().await {
+        Ok(snapshot) => Json(snapshot).into_response(),
+        Err(_) => ApiError::router_gone().into_response(),
+    }
+}

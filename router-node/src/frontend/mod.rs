@@ -1,0 +1,192 @@
+//! The OpenAI-compatible HTTP frontend of a router node (axum).
+//!
+//! One request's path: `handlers` reads the body under a size limit and `openai` parses it
+//! (prompt, chat messages, `max_tokens`, `stream`) and tokenizes the prompt; the class comes
+//! from the `x-policy-class` header; the pool's `RouterHandle::route` admits or rejects it;
+//! `proxy` looks up the admitted worker's endpoint in the [`WorkerDirectory`], forwards the
+//! body with `stream: true`, tells the router `prefill_done` at the first upstream chunk and
+//! streams the chunks back (or assembles one JSON body for a non-streaming client). A
+//! [`proxy::BookingGuard`] owned by the response releases the booking however the request
+//! ends. Every error is a JSON body built in `error`; `metrics` serves Prometheus text.
+//!
+//! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
+//! `proxy.rs`, `error.rs`, `metrics.rs`.
+
+mod error;
+mod handlers;
+mod metrics;
+mod openai;
+mod proxy;
+
+pub use error::{ApiError, Stage};
+pub use handlers::CLASS_HEADER;
+pub use metrics::Metrics;
+pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
+pub use proxy::BookingGuard;
+
+use axum::Router;
+use axum::routing::{get, post};
+use router_actors::RouterHandle;
+use router_core::{PolicyProfile, WorkerId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+/// Where each worker's OpenAI API lives. The worker registry actor implements it; tests use
+/// [`StaticDirectory`].
+pub trait WorkerDirectory: Send + Sync {
+    /// Base URL of the worker's OpenAI API (`http://host:port`, no trailing `/v1`).
+    fn endpoint(&self, worker: WorkerId) -> Option<String>;
+}
+
+/// A fixed map from worker to base URL.
+#[derive(Debug, Clone, Default)]
+pub struct StaticDirectory(pub HashMap<WorkerId, String>);
+
+impl WorkerDirectory for StaticDirectory {
+    fn endpoint(&self, worker: WorkerId) -> Option<String> {
+        self.0.get(&worker).cloned()
+    }
+}
+
+/// The frontend's bounds. Every one of them is enforced; none is unlimited.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// OpenAI requests handled at once (parsing, waiting for admission or streaming);
+    /// one more is a 429 `frontend_saturated`.
+    pub max_concurrent_requests: usize,
+    /// Largest accepted request body; a larger one is a 413.
+    pub max_body_bytes: usize,
+    /// Output tokens assumed when a request gives no `max_tokens`.
+    pub default_max_tokens: u64,
+    /// `max_tokens` above this is booked as this many tokens (the worker still sees the
+    /// request's own value).
+    pub max_expected_output_tokens: u64,
+    /// Largest assembled body for a non-streaming client; beyond it the request is a 502.
+    pub max_response_bytes: usize,
+    /// Connecting to a worker.
+    pub connect_timeout: Duration,
+    /// Longest silence between two upstream reads (including before the first chunk).
+    pub read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_requests: 4096,
+            max_body_bytes: 4 * 1024 * 1024,
+            default_max_tokens: 256,
+            max_expected_output_tokens: 32_768,
+            max_response_bytes: 16 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Limits {
+    /// An HTTP client for the upstream workers under these limits (no TLS, HTTP/1 and h2).
+    pub fn http_client(&self) -> reqwest::Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .read_timeout(self.read_timeout)
+            .pool_max_idle_per_host(64)
+            .build()
+    }
+}
+
+/// Everything a handler needs. Cheap to clone (handles and `Arc`s).
+#[derive(Clone)]
+pub struct AppState {
+    pub router: RouterHandle,
+    pub directory: Arc<dyn WorkerDirectory>,
+    pub http: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub limits: Arc<Limits>,
+    /// The pool's policy profile: class names for metric labels and error bodies.
+    pub profile: Arc<PolicyProfile>,
+    /// Model names served by `GET /v1/models`.
+    pub models: Arc<[String]>,
+    /// `GET /ready` answers 200 while this says `true`.
+    pub ready: watch::Receiver<bool>,
+    /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
+    pub permits: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("limits", &self.limits)
+            .field("models", &self.models)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// A state with fresh metrics and an HTTP client built from `limits`.
+    pub fn new(
+        router: RouterHandle,
+        directory: Arc<dyn WorkerDirectory>,
+        profile: PolicyProfile,
+        limits: Limits,
+        ready: watch::Receiver<bool>,
+    ) -> reqwest::Result<Self> {
+        Ok(Self {
+            permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
+            router,
+            directory,
+            http: limits.http_client()?,
+            metrics: Arc::new(Metrics::new()),
+            limits: Arc::new(limits),
+            profile: Arc::new(profile),
+            models: Arc::from(Vec::new()),
+            ready,
+        })
+    }
+
+    /// Sets the model list served by `GET /v1/models`.
+    pub fn with_models(mut self, models: impl IntoIterator<Item = String>) -> Self {
+        self.models = models.into_iter().collect();
+        self
+    }
+
+    /// The name of a class id from this pool's profile (`"unknown"` for a foreign id).
+    pub(crate) fn class_name(&self, id: router_core::ClassId) -> String {
+        self.profile
+            .classes()
+            .get(id.index())
+            .map_or_else(|| "unknown".to_owned(), |c| c.name.clone())
+    }
+}
+
+/// The frontend's routes over `state`.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/models", get(handlers::models))
+        .route("/health", get(handlers::health))
+        .route("/ready", get(handlers::ready))
+        .route("/metrics", get(handlers::metrics))
+        .route("/debug/state", get(handlers::debug_state))
+        .with_state(state)
+}
+
+/// Serves the frontend on an already-bound listener until `shutdown` resolves, then drains
+/// open connections. The tokenizer is built in the background as serving starts.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    tokio::spawn(openai::warm_tokenizer());
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests;

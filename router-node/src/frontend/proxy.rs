@@ -1,0 +1,360 @@
+//! Proxying an admitted request to its worker, and the booking guard that makes sure the
+//! booking is released however the request ends.
+//!
+//! The worker always streams (`stream: true` is forced upstream), so the router learns of
+//! the first token: `prefill_done` is sent at the first non-empty upstream chunk. The
+//! response headers wait for that first chunk, so a worker that fails before answering
+//! is a clean 502. A streaming client then gets the worker's SSE bytes as they arrive; a
+//! break mid-stream ends the stream with one `data: {"error": ..}` event. A non-streaming
+//! client gets one JSON body assembled from the chunks (the text deltas of all chunks
+//! concatenated into one choice; `id`, `model`, `created`, the last `finish_reason` and
+//! `usage` are kept when the worker sent them).
+
+use super::AppState;
+use super::error::{ApiError, Stage};
+use super::metrics::Metrics;
+use super::openai::{Endpoint, ParsedRequest};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, BoxStream, StreamExt};
+use router_actors::RouterHandle;
+use router_core::{RequestId, WorkerId};
+use serde_json::{Map, Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Holds one admitted request's booking. Dropping it releases the booking, whether the
+/// request finished, failed upstream or its client went away (the response body owns it).
+#[derive(Debug)]
+pub struct BookingGuard {
+    router: RouterHandle,
+    id: RequestId,
+    metrics: Arc<Metrics>,
+    prefill_reported: bool,
+    /// The request's concurrency permit, returned with the booking.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl BookingGuard {
+    pub fn new(router: RouterHandle, id: RequestId, metrics: Arc<Metrics>) -> Self {
+        metrics.inflight_inc();
+        Self {
+            router,
+            id,
+            metrics,
+            prefill_reported: false,
+            permit: None,
+        }
+    }
+
+    /// Holds `permit` until the booking is released.
+    pub fn with_permit(mut self, permit: OwnedSemaphorePermit) -> Self {
+        self.permit = Some(permit);
+        self
+    }
+
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// Tells the router the prefill is over (once; later calls do nothing).
+    pub fn prefill_done(&mut self) {
+        if !self.prefill_reported {
+            self.prefill_reported = true;
+            // A gone router has nothing left to update.
+            let _ = self.router.prefill_done(self.id);
+        }
+    }
+}
+
+impl Drop for BookingGuard {
+    fn drop(&mut self) {
+        // A gone router holds no booking; a restarted one restores from its registry.
+        let _ = self.router.release(self.id);
+        self.metrics.inflight_dec();
+    }
+}
+
+type Upstream = BoxStream<'static, reqwest::Result<Bytes>>;
+
+/// Forwards `request` to `worker` and answers the client. `guard` moves into the response
+/// body for a streaming client, so the booking lives exactly as long as the stream.
+pub(crate) async fn forward(
+    state: &AppState,
+    request: &ParsedRequest,
+    worker: WorkerId,
+    client_headers: &HeaderMap,
+    class: &str,
+    mut guard: BookingGuard,
+) -> Result<Response, ApiError> {
+    let base = state
+        .directory
+        .endpoint(worker)
+        .ok_or_else(|| ApiError::no_endpoint(worker))?;
+    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
+    let mut call = state
+        .http
+        .post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "text/event-stream")
+        .body(request.upstream_body());
+    for name in ["traceparent", "tracestate"] {
+        if let Some(value) = client_headers.get(name) {
+            call = call.header(name, value.clone());
+        }
+    }
+    let response = call.send().await.map_err(|e| {
+        ApiError::upstream(
+            Stage::Dispatch,
+            "upstream_connect",
+            format!("{worker}: {e}"),
+        )
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(upstream_status(worker, status, response).await);
+    }
+    let mut upstream: Upstream = response.bytes_stream().boxed();
+    let first = loop {
+        match upstream.next().await {
+            Some(Ok(chunk)) if chunk.is_empty() => continue,
+            Some(Ok(chunk)) => break Some(chunk),
+            Some(Err(e)) => return Err(broken(worker, &e)),
+            None => break None,
+        }
+    };
+    if first.is_some() {
+        guard.prefill_done();
+    }
+    if request.stream {
+        Ok(relay(upstream, first, guard, worker, class.to_owned()))
+    } else {
+        let body = assemble(
+            request.endpoint,
+            upstream,
+            first,
+            state.limits.max_response_bytes,
+            worker,
+        )
+        .await;
+        drop(guard);
+        body.map(|b| axum::Json(b).into_response())
+    }
+}
+
+async fn upstream_status(
+    worker: WorkerId,
+    status: reqwest::StatusCode,
+    response: reqwest::Response,
+) -> ApiError {
+    let mut snippet = Vec::new();
+    let mut body = response.bytes_stream();
+    while let Some(Ok(chunk)) = body.next().await {
+        snippet.extend_from_slice(&chunk[..chunk.len().min(1024 - snippet.len())]);
+        if snippet.len() >= 1024 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&snippet);
+    let mut err = ApiError::upstream(
+        Stage::Dispatch,
+        "upstream_status",
+        format!("{worker} answered {status}: {text}"),
+    );
+    if status.is_client_error() {
+        // The worker refused the request itself (an engine-side validation): the client's.
+        err.status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_REQUEST);
+        err.kind = "invalid_request_error";
+    }
+    err
+}
+
+fn broken(worker: WorkerId, e: &reqwest::Error) -> ApiError {
+    ApiError::upstream(Stage::Upstream, "upstream_stream", format!("{worker}: {e}"))
+}
+
+/// The streaming response: the first chunk, then the rest of the worker's bytes as they
+/// come. The stream owns the guard; it is dropped when the stream ends or breaks, or when
+/// the client goes away and the server drops the body.
+fn relay(
+    upstream: Upstream,
+    first: Option<Bytes>,
+    guard: BookingGuard,
+    worker: WorkerId,
+    class: String,
+) -> Response {
+    struct Relay {
+        first: Option<Bytes>,
+        upstream: Upstream,
+        guard: Option<BookingGuard>,
+        worker: WorkerId,
+        class: String,
+    }
+    let relay = Relay {
+        first,
+        upstream,
+        guard: Some(guard),
+        worker,
+        class,
+    };
+    let body = stream::unfold(relay, |mut r| async move {
+        if let Some(first) = r.first.take() {
+            return Some((Ok::<Bytes, Infallible>(first), r));
+        }
+        let guard = r.guard.as_mut()?;
+        match r.upstream.next().await {
+            Some(Ok(chunk)) => {
+                guard.prefill_done();
+                Some((Ok(chunk), r))
+            }
+            Some(Err(e)) => {
+                let err = broken(r.worker, &e).class(Some(r.class.clone()));
+                guard.metrics.rejection(&r.class, err.reason);
+                r.guard = None;
+                let event = format!("data: {}\n\n", err.body_json());
+                Some((Ok(Bytes::from(event)), r))
+            }
+            None => None,
+        }
+    });
+    let mut response = Body::from_stream(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// Collects the worker's SSE stream into one OpenAI response body.
+async fn assemble(
+    endpoint: Endpoint,
+    mut upstream: Upstream,
+    first: Option<Bytes>,
+    limit: usize,
+    worker: WorkerId,
+) -> Result<Value, ApiError> {
+    let too_big = || {
+        ApiError::upstream(
+            Stage::Upstream,
+            "upstream_too_large",
+            format!("{worker}: the answer is larger than {limit} bytes"),
+        )
+    };
+    let mut acc = Assembled::default();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut next = first;
+    loop {
+        let chunk = match next.take() {
+            Some(chunk) => chunk,
+            None => match upstream.next().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) => return Err(broken(worker, &e)),
+                None => break,
+            },
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if acc.line(endpoint, &line, worker)? {
+                return Ok(acc.finish(endpoint));
+            }
+        }
+        if pending.len() > limit || acc.text.len() > limit {
+            return Err(too_big());
+        }
+    }
+    if !pending.is_empty() {
+        acc.line(endpoint, &pending, worker)?;
+    }
+    Ok(acc.finish(endpoint))
+}
+
+#[derive(Default)]
+struct Assembled {
+    text: String,
+    head: Map<String, Value>,
+    finish_reason: Value,
+    usage: Option<Value>,
+}
+
+impl Assembled {
+    /// Takes one SSE line; true at `data: [DONE]`.
+    fn line(
+        &mut self,
+        endpoint: Endpoint,
+        line: &[u8],
+        worker: WorkerId,
+    ) -> Result<bool, ApiError> {
+        let line = String::from_utf8_lossy(line);
+        let Some(data) = line.trim_end().strip_prefix("data:") else {
+            return Ok(false);
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        let Ok(Value::Object(event)) = serde_json::from_str::<Value>(data) else {
+            return Ok(false);
+        };
+        if let Some(error) = event.get("error") {
+            return Err(ApiError::upstream(
+                Stage::Upstream,
+                "upstream_error_event",
+                format!("{worker}: {error}"),
+            ));
+        }
+        for key in ["id", "model", "created", "system_fingerprint"] {
+            if let Some(v) = event.get(key) {
+                self.head.entry(key).or_insert_with(|| v.clone());
+            }
+        }
+        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(usage.clone());
+        }
+        let choice = event
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first());
+        if let Some(choice) = choice {
+            let delta = match endpoint {
+                Endpoint::Completions => choice.get("text"),
+                Endpoint::Chat => choice.get("delta").and_then(|d| d.get("content")),
+            };
+            if let Some(Value::String(s)) = delta {
+                self.text.push_str(s);
+            }
+            if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+                self.finish_reason = reason.clone();
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(self, endpoint: Endpoint) -> Value {
+        let choice = match endpoint {
+            Endpoint::Completions => json!({
+                "index": 0, "text": self.text, "finish_reason": self.finish_reason,
+            }),
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": self.text},
+                "finish_reason": self.finish_reason,
+            }),
+        };
+        let object = match endpoint {
+            Endpoint::Completions => "text_completion",
+            Endpoint::Chat => "chat.completion",
+        };
+        let mut body = self.head;
+        body.insert("object".to_owned(), json!(object));
+        body.insert("choices".to_owned(), json!([choice]));
+        if let Some(usage) = self.usage {
+            body.insert("usage".to_owned(), usage);
+        }
+        Value::Object(body)
+    }
+}

@@ -1,0 +1,242 @@
+//! Unit tests of the frontend's pure parts: body parsing and its field-naming errors, the
+//! documented chat rendering, the forced upstream `stream`, the status mapping of every
+//! rejection reason, and the metrics text. No input may panic.
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use router_core::queue::{ExpiryStage, LimitKind};
+use router_core::{GateClosed, RankId, RejectReason};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn parse(endpoint: Endpoint, body: &Value) -> Result<ParsedRequest, ApiError> {
+    ParsedRequest::parse(endpoint, body.to_string().as_bytes())
+}
+
+fn field_error(endpoint: Endpoint, body: Value) -> String {
+    match parse(endpoint, &body) {
+        Ok(p) => panic!("accepted {body}: {p:?}"),
+        Err(e) => {
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            e.message
+        }
+    }
+}
+
+#[test]
+fn chat_messages_render_as_role_colon_content_lines_then_assistant() {
+    let messages = json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "image_url"}, {"type": "text", "text": "there"}]},
+        {"role": "assistant", "content": null},
+    ]);
+    assert_eq!(
+        render_chat(Some(&messages)).ok(),
+        Some("system: be brief\nuser: hi there\nassistant: \nassistant:".to_owned())
+    );
+}
+
+#[test]
+fn every_prompt_shape_is_read() {
+    let cases = [
+        (json!("abc"), PromptInput::Text(vec!["abc".into()])),
+        (
+            json!(["a", "b"]),
+            PromptInput::Text(vec!["a".into(), "b".into()]),
+        ),
+        (json!([1, 2, 3]), PromptInput::Tokens(vec![1, 2, 3])),
+        (json!([[1, 2], [3]]), PromptInput::Tokens(vec![1, 2, 3])),
+    ];
+    for (prompt, expected) in cases {
+        let p = parse(
+            Endpoint::Completions,
+            &json!({"model": "m", "prompt": prompt}),
+        )
+        .unwrap_or_else(|e| panic!("{prompt}: {}", e.message));
+        assert_eq!(p.prompt, expected);
+        assert!(!p.stream);
+        assert_eq!(p.max_tokens, None);
+    }
+}
+
+#[test]
+fn errors_name_the_field() {
+    let c = Endpoint::Completions;
+    let cases = [
+        (c, json!([1]), "`body`"),
+        (c, json!({"model": 3, "prompt": "x"}), "`model`"),
+        (c, json!({"model": "", "prompt": "x"}), "`model`"),
+        (c, json!({"model": "m"}), "`prompt`"),
+        (c, json!({"model": "m", "prompt": []}), "`prompt`"),
+        (c, json!({"model": "m", "prompt": ["a", 1]}), "`prompt`"),
+        (c, json!({"model": "m", "prompt": [1, "a"]}), "`prompt`"),
+        (
+            c,
+            json!({"model": "m", "prompt": [1, 4294967296_u64]}),
+            "`prompt`",
+        ),
+        (c, json!({"model": "m", "prompt": [[1], 2]}), "`prompt`"),
+        (c, json!({"model": "m", "prompt": [{}]}), "`prompt`"),
+        (
+            c,
+            json!({"model": "m", "prompt": "x", "max_tokens": -1}),
+            "`max_tokens`",
+        ),
+        (
+            c,
+            json!({"model": "m", "prompt": "x", "max_tokens": 1.5}),
+            "`max_tokens`",
+        ),
+        (
+            c,
+            json!({"model": "m", "prompt": "x", "stream": 1}),
+            "`stream`",
+        ),
+        (
+            Endpoint::Chat,
+            json!({"model": "m", "messages": []}),
+            "`messages`",
+        ),
+        (
+            Endpoint::Chat,
+            json!({"model": "m", "messages": {}}),
+            "`messages`",
+        ),
+        (
+            Endpoint::Chat,
+            json!({"model": "m", "messages": [1]}),
+            "`messages[0]`",
+        ),
+        (
+            Endpoint::Chat,
+            json!({"model": "m", "messages": [{"role": "u", "content": 1}]}),
+            "`messages[0].content`",
+        ),
+        (
+            Endpoint::Chat,
+            json!({"model": "m", "messages": [{"role": "u"}], "max_completion_tokens": "x"}),
+            "`max_completion_tokens`",
+        ),
+    ];
+    for (endpoint, body, field) in cases {
+        let message = field_error(endpoint, body.clone());
+        assert!(message.contains(field), "{body}: {message}");
+    }
+}
+
+#[test]
+fn odd_bytes_are_errors_never_panics() {
+    let deep = "[".repeat(100_000);
+    let inputs: [&[u8]; 6] = [
+        b"",
+        b"\xff\xfe",
+        b"null",
+        b"{\"model\":\"m\",\"prompt\":\"\\ud800\"}",
+        deep.as_bytes(),
+        b"{\"model\":\"m\",\"prompt\":1e400}",
+    ];
+    for input in inputs {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+            assert!(ParsedRequest::parse(endpoint, input).is_err());
+        }
+    }
+}
+
+#[test]
+fn upstream_always_streams_and_keeps_other_fields() {
+    let p = parse(
+        Endpoint::Chat,
+        &json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false,
+                "max_completion_tokens": 9, "temperature": 0.5, "vendor": {"x": [1]}}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    assert_eq!(p.max_tokens, Some(9));
+    let sent: Value = serde_json::from_slice(&p.upstream_body()).unwrap_or_default();
+    assert_eq!(sent["stream"], json!(true));
+    assert_eq!(sent["temperature"], json!(0.5));
+    assert_eq!(sent["vendor"], json!({"x": [1]}));
+}
+
+#[tokio::test]
+async fn token_ids_are_used_as_given_and_text_is_tokenized() {
+    assert_eq!(tokenize(PromptInput::Tokens(vec![5, 6])).await, vec![5, 6]);
+    let a = tokenize(PromptInput::Text(vec!["hello world".into()])).await;
+    assert!(!a.is_empty() && a.len() < 11, "{a:?}");
+    let special = tokenize(PromptInput::Text(vec!["<|endoftext|>".into()])).await;
+    assert!(
+        special.len() > 1,
+        "special tokens are plain text: {special:?}"
+    );
+}
+
+#[test]
+fn every_rejection_reason_has_its_status() {
+    let rank = RankId::new(1, 0);
+    let cases = [
+        (
+            RejectReason::QueueFull {
+                kind: LimitKind::Requests,
+                current: 1,
+                limit: 1,
+            },
+            429,
+        ),
+        (
+            RejectReason::DeadlinePassed {
+                stage: ExpiryStage::Dispatch,
+                overdue_ms: 0,
+            },
+            429,
+        ),
+        (
+            RejectReason::WouldQueue {
+                cause: GateClosed::PrefillBusy,
+            },
+            429,
+        ),
+        (RejectReason::BehindBacklog, 429),
+        (RejectReason::AllWorkersOverloaded, 429),
+        (RejectReason::NoWorkers, 503),
+        (RejectReason::PinnedOverloaded { rank }, 503),
+        (RejectReason::PinnedUnavailable { rank }, 503),
+        (RejectReason::Duplicate, 500),
+        (RejectReason::UnknownClass, 500),
+    ];
+    for (reason, status) in cases {
+        let err = ApiError::rejected(&reason, "batch".into());
+        let body: Value = serde_json::from_str(&err.body_json()).unwrap_or_default();
+        assert_eq!(body["error"]["reason"], reason.label());
+        assert_eq!(body["error"]["class"], "batch");
+        assert_eq!(body["error"]["stage"], "admission");
+        let response = err.into_response();
+        assert_eq!(response.status().as_u16(), status, "{reason:?}");
+        let retry = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.as_bytes().to_vec());
+        assert_eq!(retry, (status == 429).then(|| b"1".to_vec()), "{reason:?}");
+    }
+}
+
+#[test]
+fn metrics_render_every_family() {
+    let m = Metrics::new();
+    m.request("completions", "batch");
+    m.rejection("batch", "queue_full");
+    m.admission_latency("batch", Duration::from_millis(3));
+    m.inflight_inc();
+    let text = m.render();
+    for needle in [
+        r#"switchyard_http_requests_total{endpoint="completions",class="batch"} 1"#,
+        r#"switchyard_http_rejections_total{class="batch",reason="queue_full"} 1"#,
+        r#"switchyard_admission_latency_seconds_count{class="batch"} 1"#,
+        "switchyard_http_inflight 1",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from\n{text}");
+    }
+    m.inflight_dec();
+    assert_eq!(m.inflight(), 0);
+}

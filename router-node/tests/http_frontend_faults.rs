@@ -1,0 +1,215 @@
+//! The HTTP frontend when things go wrong, over real HTTP: a busy pool for a never-queue
+//! class, clients that go away (mid-stream or while queued), workers that fail, cannot be
+//! reached or break mid-stream, and the node's concurrency limit. Every booking is
+//! released: after every test the router's ledger is idle.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use futures::StreamExt;
+use router_node::frontend::Limits;
+use serde_json::json;
+use std::time::Duration;
+use support::{Fault, error_of, occupy, spawn_faulty_worker, spawn_node, spawn_worker};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test]
+async fn a_never_queue_class_on_a_busy_pool_is_a_429_with_retry_after() {
+    // The first request holds 300 prefill tokens until its first chunk (after 1 s).
+    let worker = spawn_worker(1, 1000 * MS).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let first = occupy(&node).await;
+    let response = node
+        .post("/v1/completions")
+        .header("x-policy-class", "realtime")
+        .json(&json!({"model": "m", "prompt": [7, 8, 9]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "would_queue");
+    assert_eq!(err["class"], "realtime");
+    assert_eq!(err["stage"], "admission");
+    assert_eq!(err["type"], "rate_limit_error");
+    assert!(err["message"].is_string());
+    assert_eq!(first.await.unwrap(), 200);
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_releases_the_booking() {
+    let worker = spawn_worker(200, 20 * MS).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": "a long answer", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    assert_eq!(node.bookings().await, 1);
+    assert_eq!(node.state.metrics.inflight(), 1);
+    drop(body);
+    node.wait_bookings(0).await;
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_failing_worker_is_a_502_and_its_booking_is_released() {
+    let worker = spawn_faulty_worker(3, MS, Fault::Status(500)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1, 2]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "upstream_status");
+    assert!(
+        err["message"].as_str().unwrap().contains("engine says no"),
+        "{err}"
+    );
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_worker_client_error_keeps_its_status() {
+    let worker = spawn_faulty_worker(3, MS, Fault::Status(422)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .post("/v1/chat/completions")
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    assert_eq!(error_of(response).await["type"], "invalid_request_error");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking() {
+    // A port that was bound and closed again: nothing listens there.
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let node = spawn_node(&[&closed], Limits::default()).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    assert_eq!(error_of(response).await["reason"], "upstream_connect");
+    node.assert_idle().await;
+
+    let node = spawn_node(&[], Limits::default()).await;
+    node.router
+        .upsert_worker(router_core::WorkerSpec::new(9, 1, 1000, 2000))
+        .unwrap();
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(error_of(response).await["reason"], "no_endpoint");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_breaks_mid_stream_ends_the_stream_with_an_error_event() {
+    let worker = spawn_faulty_worker(5, MS, Fault::BreakAfter(2)).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let streamed = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    let text = streamed.text().await.unwrap();
+    assert_eq!(text.matches(r#""text":"tok""#).count(), 2, "{text}");
+    assert!(text.contains(r#""reason":"upstream_stream""#), "{text}");
+    let full = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(full.status(), 502);
+    assert_eq!(error_of(full).await["reason"], "upstream_stream");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_client_that_gives_up_while_queued_is_never_booked() {
+    let worker = spawn_worker(1, 1000 * MS).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let first = occupy(&node).await;
+    let gave_up = node
+        .post("/v1/completions")
+        .header("x-policy-class", "batch")
+        .timeout(150 * MS)
+        .json(&json!({"model": "m", "prompt": [1, 2, 3]}))
+        .send()
+        .await;
+    assert!(gave_up.is_err_and(|e| e.is_timeout()));
+    // The server notices the closed connection and drops the waiting route call.
+    let mut waiting = usize::MAX;
+    for _ in 0..100 {
+        waiting = node.router.observe().await.unwrap().waiting_replies;
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(5 * MS).await;
+    }
+    assert_eq!(waiting, 0, "the queued request is still waiting");
+    assert_eq!(first.await.unwrap(), 200);
+    node.assert_idle().await;
+    let counters = node.router.observe().await.unwrap().counters;
+    assert_eq!(counters.rolled_back, 0, "{counters:?}");
+    assert_eq!(worker.seen.lock().unwrap().len(), 1, "never forwarded");
+}
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_limit_are_a_429() {
+    let worker = spawn_worker(1, 800 * MS).await;
+    let limits = Limits {
+        max_concurrent_requests: 1,
+        ..Limits::default()
+    };
+    let node = spawn_node(&[&worker.url], limits).await;
+    let first = occupy(&node).await;
+    let response = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(error_of(response).await["reason"], "frontend_saturated");
+    assert_eq!(first.await.unwrap(), 200);
+    node.assert_idle().await;
+    let again = node
+        .post("/v1/completions")
+        .json(&json!({"model": "m", "prompt": [1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200, "the permit came back");
+    node.assert_idle().await;
+}
