@@ -16,6 +16,7 @@
 //!   counted by kind, with per-publisher sequence gaps.
 //! - `worker_link`: the worker side (simulated engines): heartbeat announcements and KV events.
 //! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
+//! - `lag`: the peer-sync lag histogram (publication to application) and its summary.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
@@ -23,6 +24,7 @@ pub mod bus;
 pub mod clock;
 pub mod edge;
 pub mod kv_events;
+pub mod lag;
 pub mod node;
 pub mod peer_sync;
 pub mod registry;
@@ -39,6 +41,7 @@ mod workers_tests;
 
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use lag::LagSummary;
 pub use node::{Node, NodeConfig, NodeError, Topology};
 pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
 pub use registry::{

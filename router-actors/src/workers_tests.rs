@@ -621,6 +621,7 @@ async fn a_restarted_worker_process_is_a_new_incarnation() {
                     extra_blocks: 2,
                 },
             },
+            sent_at_us: None,
         })
         .expect("alive");
     assert_eq!(placed(route(&router, 2, prompt).await), RankId::new(2, 0));

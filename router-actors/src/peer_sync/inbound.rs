@@ -45,6 +45,7 @@ impl PeerSyncState {
             return;
         }
         let seq = envelope.seq;
+        let sent_at_us = envelope.sent_at_us;
         if seq == 1
             && matches!(envelope.body, BookingMsg::Snapshot(_))
             && self.tracker.last(owner.0).is_some()
@@ -84,16 +85,23 @@ impl PeerSyncState {
             }
             BookingMsg::Delta(delta) => {
                 if let Some(repair) = &mut peer.repair {
-                    buffer(repair, limit, seq, Some(delta.clone()));
+                    buffer(repair, limit, seq, sent_at_us, Some(delta.clone()));
                 }
-                self.forward(owner, RouterMsg::Peer { owner, delta });
+                self.forward(
+                    owner,
+                    RouterMsg::Peer {
+                        owner,
+                        delta,
+                        sent_at_us: Some(sent_at_us),
+                    },
+                );
             }
             BookingMsg::Heartbeat { digest, lease_ms } => {
                 if lease_ms > 0 {
                     peer.lease = std::time::Duration::from_millis(lease_ms).min(max_lease);
                 }
                 match &mut peer.repair {
-                    Some(repair) => buffer(repair, limit, seq, None),
+                    Some(repair) => buffer(repair, limit, seq, sent_at_us, None),
                     None => heartbeat = Some(digest),
                 }
             }
@@ -263,7 +271,7 @@ impl PeerSyncState {
         }
         let mut next = last_seq + 1;
         let mut complete = !repair.overflowed;
-        for (seq, delta) in repair.buffer {
+        for (seq, sent_at_us, delta) in repair.buffer {
             if seq <= last_seq {
                 continue;
             }
@@ -273,7 +281,14 @@ impl PeerSyncState {
             next = seq + 1;
             if let Some(delta) = delta {
                 self.counters.replayed += 1;
-                self.forward(owner, RouterMsg::Peer { owner, delta });
+                self.forward(
+                    owner,
+                    RouterMsg::Peer {
+                        owner,
+                        delta,
+                        sent_at_us: Some(sent_at_us),
+                    },
+                );
             }
         }
         let last = self.tracker.last(owner.0).unwrap_or(0).max(last_seq);
@@ -284,9 +299,15 @@ impl PeerSyncState {
     }
 }
 
-fn buffer(repair: &mut Repair, limit: usize, seq: u64, delta: Option<crate::wire::BookingDelta>) {
+fn buffer(
+    repair: &mut Repair,
+    limit: usize,
+    seq: u64,
+    sent_at_us: u64,
+    delta: Option<crate::wire::BookingDelta>,
+) {
     if repair.buffer.len() < limit {
-        repair.buffer.push((seq, delta));
+        repair.buffer.push((seq, sent_at_us, delta));
     } else {
         repair.overflowed = true;
     }

@@ -49,9 +49,10 @@ struct Deferred {
 #[derive(Debug)]
 pub(super) struct Repair {
     pub(super) generation: u64,
-    /// (sequence, delta) of every message received since the request; `None` for messages
-    /// that carry no delta (heartbeats).
-    pub(super) buffer: Vec<(u64, Option<BookingDelta>)>,
+    /// (sequence, publication time, delta) of every message received since the request;
+    /// `None` for messages that carry no delta (heartbeats). Replayed deltas' lag counts
+    /// from their publication, so it includes the repair.
+    pub(super) buffer: Vec<(u64, u64, Option<BookingDelta>)>,
     pub(super) overflowed: bool,
 }
 

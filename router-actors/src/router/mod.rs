@@ -94,10 +94,12 @@ pub enum RouterMsg {
     Reserve(DecodeReservation),
     /// Decode pool: the prefill leg failed or was cancelled; give the room back.
     Unreserve(RequestId),
-    /// A peer router's delta, applied under its owner id.
+    /// A peer router's delta, applied under its owner id. `sent_at_us` is its envelope's
+    /// publication time (sender's wall clock): the lag to its application is recorded.
     Peer {
         owner: RouterId,
         delta: BookingDelta,
+        sent_at_us: Option<u64>,
     },
     /// A peer's full state (snapshot repair): replaces everything held under its id.
     PeerReplace {
@@ -192,7 +194,16 @@ impl Actor for RouterActor {
             RouterMsg::KvEvents(events) => state.kv_events(&events),
             RouterMsg::Reserve(res) => state.reserve(res),
             RouterMsg::Unreserve(id) => state.unreserve(id),
-            RouterMsg::Peer { owner, delta } => state.apply_peer(owner, delta),
+            RouterMsg::Peer {
+                owner,
+                delta,
+                sent_at_us,
+            } => {
+                state.apply_peer(owner, delta);
+                if let Some(sent_at_us) = sent_at_us {
+                    state.peer_lag.record(sent_at_us, crate::wire::now_us());
+                }
+            }
             RouterMsg::PeerReplace {
                 owner,
                 bookings,

@@ -4,6 +4,7 @@
 
 use super::{OwnDelta, Paired, RouterMsg};
 use crate::clock::Clock;
+use crate::lag::{LagRecorder, LagSummary};
 use crate::room_view::{RoomPublisher, RoomSnapshot};
 use crate::supervisor::InflightRegistry;
 use crate::wire::{BookingDelta, Digest, digest_from};
@@ -43,6 +44,8 @@ pub struct RouterSnapshot {
     pub scheduler: SchedulerSnapshot,
     pub waiting_replies: usize,
     pub counters: RouterCounters,
+    /// Peer-sync lag: a peer's delta from its publication to its application here.
+    pub peer_lag_us: LagSummary,
 }
 
 /// The digest of what one owner holds in this router's ledger.
@@ -80,6 +83,7 @@ pub struct RouterState {
     /// again from their next announcements); booked as soon as the worker is back.
     pending_restore: Vec<(RequestId, Booking)>,
     pub(super) counters: RouterCounters,
+    pub(super) peer_lag: LagRecorder,
 }
 
 impl std::fmt::Debug for RouterState {
@@ -112,6 +116,7 @@ impl RouterState {
             inflight,
             pending_restore: Vec::new(),
             counters: RouterCounters::default(),
+            peer_lag: LagRecorder::default(),
         }
     }
 
@@ -322,6 +327,7 @@ impl RouterState {
             scheduler: self.router.scheduler().snapshot(),
             waiting_replies: self.waiting.len(),
             counters: self.counters.clone(),
+            peer_lag_us: self.peer_lag.summary(),
         }
     }
 

@@ -166,6 +166,7 @@ async fn own_changes_are_published_as_deltas_and_peer_deltas_are_applied() {
                 request: RequestId::from_u128(9),
                 booking: busy,
             },
+            sent_at_us: None,
         })
         .expect("alive");
     let waiting = tokio::spawn({
@@ -228,7 +229,11 @@ async fn a_peer_reservation_lease_runs_in_this_node_clock() {
         reservation: hold,
     };
     decode
-        .cast(RouterMsg::Peer { owner: PEER, delta })
+        .cast(RouterMsg::Peer {
+            owner: PEER,
+            delta,
+            sent_at_us: None,
+        })
         .expect("alive");
     // A call behind the cast: when it returns, the reservation is applied (same mailbox).
     decode.observe().await.expect("alive");

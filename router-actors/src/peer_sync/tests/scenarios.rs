@@ -32,10 +32,19 @@ pub(super) async fn two_routers_converge_under_random_bookings_and_end_idle(bus:
     sleep_ms(50).await;
     assert_converged(&[&a, &b]).await;
     for node in [&a, &b] {
-        let ledger = node.router.observe().await.expect("alive").scheduler.ledger;
+        let router = node.router.observe().await.expect("alive");
+        let ledger = router.scheduler.ledger;
         assert!(ledger.is_idle(), "{} not idle: {ledger:?}", node.id);
         let s = node.observe().await;
         let c = &s.counters;
+        // Every peer delta applied had its publication-to-application lag recorded.
+        let lag = router.peer_lag_us;
+        assert_eq!(lag.count, c.applied, "{lag:?}");
+        assert!(
+            lag.p50_us <= lag.p99_us && lag.p99_us <= lag.max_us,
+            "{lag:?}"
+        );
+        assert_eq!(lag.clock_ahead, 0, "one process, one clock: {lag:?}");
         assert!(
             c.own_deltas > 100 && c.applied > 100 && c.heartbeats_sent >= 4,
             "{c:?}"
