@@ -177,6 +177,8 @@ impl Node {
             let slot = ActorSlot::empty();
             let handle = RouterHandle::from_slot(slot.clone(), clock);
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
+            // Peer sync says when the starting snapshots are in; the router admits from then.
+            let (ready_tx, ready_rx) = watch::channel(false);
             let registry = InflightRegistry::default();
             let mut scheduler = SchedulerConfig::new(pool, config.router_id);
             scheduler.reservation_lease = config.reservation_lease;
@@ -205,6 +207,7 @@ impl Node {
                 deltas: Some(tx),
                 recheck_every: config.recheck_every,
                 inflight: Some(registry.clone()),
+                admit_when: Some(ready_rx),
             };
             children.push(router_child(
                 format!("router-{}", crate::wire::pool_token(pool)),
@@ -212,11 +215,11 @@ impl Node {
                 slot,
             ));
             routers.push((pool, handle));
-            receivers.push((pool, rx));
+            receivers.push((pool, rx, ready_tx));
             inflight.push((pool, registry));
         }
         let mut peer_outs = Vec::new();
-        for (pool, rx) in receivers {
+        for (pool, rx, ready_tx) in receivers {
             let Some(router) = routers
                 .iter()
                 .find(|(p, _)| *p == pool)
@@ -233,6 +236,7 @@ impl Node {
                 rx,
             );
             args.config = config.peer_sync.clone();
+            args.ready = ready_tx;
             let args = Arc::new(Mutex::new(Some(args)));
             let out: Out<PeerSyncHandle> = Arc::new(Mutex::new(None));
             children.push(once_child(

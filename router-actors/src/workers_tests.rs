@@ -55,6 +55,7 @@ async fn spawn_router(role: PoolRole) -> RouterHandle {
         deltas: None,
         recheck_every: Duration::ZERO,
         inflight: None,
+        admit_when: None,
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args)
         .await

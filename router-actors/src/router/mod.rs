@@ -57,6 +57,9 @@ pub struct RouterArgs {
     /// The node's registry of this router's own live bookings: kept up to date by the
     /// actor, read back when a restarted actor starts (its bookings are restored, not leaked).
     pub inflight: Option<InflightRegistry>,
+    /// Hold `route` calls until this says true (a starting node waits for its peers'
+    /// bookings before it admits). `None`: admit at once.
+    pub admit_when: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl std::fmt::Debug for RouterArgs {
@@ -111,6 +114,8 @@ pub enum RouterMsg {
     PeerGone(RouterId),
     /// Prefill pool: decode room may have grown.
     RoomChanged,
+    /// The node may (or may no longer) admit: held requests are routed when it turns true.
+    Admitting(bool),
     /// Deadline timer or periodic recheck.
     Tick,
     Observe(RpcReplyPort<RouterSnapshot>),
@@ -174,6 +179,10 @@ impl Actor for RouterActor {
         if let Some(paired) = &state.paired {
             spawn_room_listener(myself.clone(), paired.room.signals());
         }
+        if let Some(gate) = args.admit_when {
+            state.set_admitting(*gate.borrow());
+            spawn_admission_listener(myself.clone(), gate);
+        }
         state.after_change(&myself);
         Ok(state)
     }
@@ -211,6 +220,7 @@ impl Actor for RouterActor {
             } => state.replace_peer(owner, bookings, reservations),
             RouterMsg::PeerGone(owner) => state.peer_gone(owner),
             RouterMsg::RoomChanged => state.drain(),
+            RouterMsg::Admitting(yes) => state.set_admitting(yes),
             RouterMsg::Tick => state.tick(),
             RouterMsg::Observe(reply) => {
                 let _ = reply.send(state.snapshot());
@@ -238,6 +248,21 @@ impl Actor for RouterActor {
         state.disarm();
         Ok(())
     }
+}
+
+/// Forwards the node's readiness to admit. Ends when either side goes away.
+fn spawn_admission_listener(
+    actor: ActorRef<RouterMsg>,
+    mut gate: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        while gate.changed().await.is_ok() {
+            let yes = *gate.borrow_and_update();
+            if actor.cast(RouterMsg::Admitting(yes)).is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// Forwards the decode pool's room signal to the prefill actor as `RoomChanged`. Ends when

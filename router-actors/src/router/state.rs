@@ -10,6 +10,7 @@ use crate::supervisor::InflightRegistry;
 use crate::wire::{BookingDelta, Digest, digest_from};
 use ractor::concurrency::JoinHandle;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
+use router_core::admission::RejectReason;
 use router_core::admission::SchedulerSnapshot;
 use router_core::ledger::{Booking, Reservation};
 use router_core::{
@@ -22,6 +23,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 type Reply = RpcReplyPort<Result<Outcome, RouteError>>;
+
+/// Requests a starting node holds before it admits; past this, new ones are refused.
+const MAX_HELD: usize = 65_536;
 /// The one armed deadline timer.
 type Timer = (Timestamp, JoinHandle<Result<(), MessagingErr<RouterMsg>>>);
 
@@ -36,6 +40,8 @@ pub struct RouterCounters {
     pub kv_events_refused: u64,
     pub worker_errors: u64,
     pub reservations_lost: u64,
+    /// Requests refused because the starting node already held `MAX_HELD` of them.
+    pub refused_not_ready: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +88,9 @@ pub struct RouterState {
     /// Restored bookings whose rank is not known yet (a restarted actor learns its workers
     /// again from their next announcements); booked as soon as the worker is back.
     pending_restore: Vec<(RequestId, Booking)>,
+    /// False while a starting node waits for its peers' bookings: `route` calls are held.
+    admitting: bool,
+    held: std::collections::VecDeque<(RouteRequest, Reply)>,
     pub(super) counters: RouterCounters,
     pub(super) peer_lag: LagRecorder,
 }
@@ -115,6 +124,8 @@ impl RouterState {
             deltas_sent: 0,
             inflight,
             pending_restore: Vec::new(),
+            admitting: true,
+            held: std::collections::VecDeque::new(),
             counters: RouterCounters::default(),
             peer_lag: LagRecorder::default(),
         }
@@ -146,6 +157,10 @@ impl RouterState {
     }
 
     pub(super) fn route(&mut self, request: RouteRequest, reply: Reply) {
+        if !self.admitting {
+            self.hold(request, reply);
+            return;
+        }
         let now = self.clock.now();
         let room = self.room();
         let view = room.as_deref().map(|r| r as &dyn DecodeRoomView);
@@ -154,6 +169,38 @@ impl RouterState {
             Err(error) => {
                 let _ = reply.send(Err(error));
             }
+        }
+    }
+
+    /// Keeps a request until the node admits; past [`MAX_HELD`] the newest is refused.
+    fn hold(&mut self, request: RouteRequest, reply: Reply) {
+        if self.held.len() < MAX_HELD {
+            self.held.push_back((request, reply));
+            return;
+        }
+        self.counters.refused_not_ready += 1;
+        let answer = match self
+            .router
+            .scheduler()
+            .profile()
+            .resolve(request.class.as_deref())
+        {
+            Ok(class) => Ok(Outcome::Rejected {
+                request: request.id,
+                class,
+                reason: RejectReason::NotReady,
+            }),
+            Err(unknown) => Err(RouteError::from(unknown)),
+        };
+        let _ = reply.send(answer);
+    }
+
+    pub(super) fn set_admitting(&mut self, yes: bool) {
+        self.admitting = yes;
+        while self.admitting
+            && let Some((request, reply)) = self.held.pop_front()
+        {
+            self.route(request, reply);
         }
     }
 
@@ -325,7 +372,7 @@ impl RouterState {
         RouterSnapshot {
             role: self.router.scheduler().role(),
             scheduler: self.router.scheduler().snapshot(),
-            waiting_replies: self.waiting.len(),
+            waiting_replies: self.waiting.len() + self.held.len(),
             counters: self.counters.clone(),
             peer_lag_us: self.peer_lag.summary(),
         }

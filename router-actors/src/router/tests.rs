@@ -38,6 +38,7 @@ fn args(role: PoolRole, clock: Clock) -> RouterArgs {
         deltas: None,
         recheck_every: Duration::ZERO,
         inflight: None,
+        admit_when: None,
     }
 }
 
@@ -248,4 +249,29 @@ async fn a_peer_reservation_lease_runs_in_this_node_clock() {
         Ok(0),
         "expired by its own timer"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_starting_router_holds_requests_until_it_may_admit() {
+    let (gate, admit_when) = tokio::sync::watch::channel(false);
+    let mut a = args(PoolRole::Aggregated, Clock::start());
+    a.admit_when = Some(admit_when);
+    let router = spawn(a).await;
+    let waiting = tokio::spawn({
+        let router = router.clone();
+        async move { router.route(request(1, 2, 1, Phase::Aggregated)).await }
+    });
+    router.observe().await.expect("alive");
+    settle().await;
+    assert!(
+        !waiting.is_finished(),
+        "held while peers' bookings are not in"
+    );
+    let snap = router.observe().await.expect("alive");
+    assert_eq!(
+        (snap.waiting_replies, snap.scheduler.ledger.bookings),
+        (1, 0)
+    );
+    gate.send_replace(true);
+    admitted(waiting.await.expect("task"));
 }

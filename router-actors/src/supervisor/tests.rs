@@ -29,6 +29,7 @@ fn router_args(clock: Clock, inflight: InflightRegistry) -> RouterArgs {
         deltas: None,
         recheck_every: Duration::ZERO,
         inflight: Some(inflight),
+        admit_when: None,
     }
 }
 

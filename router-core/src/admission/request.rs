@@ -134,6 +134,10 @@ pub enum RejectReason {
     Duplicate,
     #[error("the class id is not in this scheduler's profile")]
     UnknownClass,
+    /// The router is starting and has not heard its peers' bookings yet; it held more
+    /// requests than it may.
+    #[error("router not ready: peers' bookings are not in yet")]
+    NotReady,
 }
 
 impl RejectReason {
@@ -150,6 +154,7 @@ impl RejectReason {
             Self::PinnedUnavailable { .. } => "pinned_unavailable",
             Self::Duplicate => "duplicate",
             Self::UnknownClass => "unknown_class",
+            Self::NotReady => "not_ready",
         }
     }
 }

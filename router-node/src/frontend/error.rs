@@ -128,6 +128,7 @@ impl ApiError {
                 (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
             }
             RejectReason::NoWorkers
+            | RejectReason::NotReady
             | RejectReason::PinnedOverloaded { .. }
             | RejectReason::PinnedUnavailable { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")

@@ -184,6 +184,7 @@ pub async fn spawn_node(workers: &[&str], limits: Limits) -> Node {
         deltas: None,
         recheck_every: Duration::from_millis(50),
         inflight: None,
+        admit_when: None,
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args).await.unwrap();
     let router = RouterHandle::new(actor, clock);

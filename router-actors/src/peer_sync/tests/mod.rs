@@ -90,6 +90,7 @@ pub(super) async fn start_node_with(
         deltas: Some(router_tx),
         recheck_every: Duration::ZERO,
         inflight: None,
+        admit_when: None,
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args)
         .await
