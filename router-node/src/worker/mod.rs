@@ -411,3 +411,6 @@ pub(crate) fn seq_request(
         staged_prefix,
     }
 }
+
+#[cfg(test)]
+mod tests;
