@@ -68,6 +68,7 @@
 //! on `kv.<pool>.events` and its load ([`WorkerLoad`]) on `workers.<pool>.load` every
 //! heartbeat.
 
+pub mod cmd;
 mod engine_task;
 mod http;
 
