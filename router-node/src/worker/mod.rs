@@ -52,7 +52,7 @@
 //!    it or [`SimConfig::staging_timeout`] passes; then it is freed and counted as `stranded`.
 //!    A prefill worker given no `do_remote_decode` runs the request and frees it at once.
 //! 2. The proxy sends the decode worker the original request with those params (as vLLM's
-//!    proxy does, `do_remote_prefill: true` included). The decode worker pulls with
+//!    proxy does, `do_remote_prefill: true` included). The decode (or agg) worker pulls with
 //!    `POST http://<remote_host>:<remote_port>/v1/kv/pull/<request_id>` and then decodes with
 //!    the whole prompt staged ([`SeqRequest::staged_prefix`]): blocks, no prefill compute.
 //!    A failed pull (unreachable, 404, timeout [`SimConfig::pull_timeout`]) is counted as
