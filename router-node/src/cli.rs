@@ -29,8 +29,8 @@ enum Command {
     Demo(DemoArgs),
     /// Serve the OpenAI-compatible HTTP endpoint (not implemented yet).
     Serve(Reserved),
-    /// Run a simulated engine (not implemented yet).
-    Worker(Reserved),
+    /// Run a simulated engine: an OpenAI API over the mocker, announced on the bus.
+    Worker(Box<router_node::worker::cmd::WorkerArgs>),
     /// Replay a trace against an endpoint (not implemented yet).
     Bench(Reserved),
     /// Print the effective configuration (not implemented yet).
@@ -77,7 +77,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match cli.command {
         Command::Demo(args) => run_demo(&args),
         Command::Serve(_) => not_yet("serve", "the HTTP node"),
-        Command::Worker(_) => not_yet("worker", "the simulated engine"),
+        Command::Worker(args) => router_node::worker::cmd::run(&args),
         Command::Bench(_) => not_yet("bench", "the trace replayer"),
         Command::PrintConfig(_) => not_yet("print-config", "configuration loading"),
     }

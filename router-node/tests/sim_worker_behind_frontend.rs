@@ -1,0 +1,60 @@
+//! The router's HTTP frontend in front of a real simulated worker: the frontend forces
+//! `stream: true` upstream and parses the worker's SSE; streaming and non-streaming clients
+//! get the worker's tokens, and every booking is released at the end.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use router_actors::bus::local::LocalBus;
+use router_core::WorkerId;
+use router_node::frontend::Limits;
+use router_node::worker::{SimConfig, SimWorker};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use support::spawn_node;
+use tokio::net::TcpListener;
+
+#[tokio::test]
+async fn the_frontend_relays_a_simulated_worker() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cfg = SimConfig {
+        worker_id: WorkerId(1),
+        speedup: 20.0,
+        heartbeat: Duration::from_millis(100),
+        ..SimConfig::default()
+    };
+    let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
+        .await
+        .unwrap();
+    let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
+
+    let body: Value = node
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": "hello world", "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
+
+    let text = node
+        .post("/v1/chat/completions")
+        .json(
+            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi"}],
+                      "max_tokens": 3, "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    node.assert_idle().await;
+}

@@ -1,0 +1,110 @@
+//! `router-node worker` as a process: usage errors exit 2 with a message, an unreachable NATS
+//! exits 1, and a standalone worker serves until SIGTERM and then exits 0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_router-node");
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_message() {
+    let (code, err) = run(&["worker"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--sim"), "{err}");
+    let (code, err) = run(&["worker", "--sim"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--standalone") && err.contains("--nats"),
+        "{err}"
+    );
+    let (code, err) = run(&["worker", "--sim", "--standalone", "--speedup=0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("speedup"), "{err}");
+    let (code, _) = run(&["worker", "--sim", "--standalone", "--role", "both"]);
+    assert_eq!(code, 2);
+    let (code, _) = run(&["worker", "--sim", "--standalone", "--kv-blocks", "0"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn startup_failures_exit_1() {
+    let (code, err) = run(&["worker", "--sim", "--nats", "nats://127.0.0.1:1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("nats://127.0.0.1:1"), "{err}");
+    let (code, err) = run(&[
+        "worker",
+        "--sim",
+        "--standalone",
+        "--listen",
+        "127.0.0.1:0",
+        "--cluster",
+        "two words",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("subject"), "{err}");
+}
+
+#[tokio::test]
+async fn a_standalone_worker_serves_until_sigterm() {
+    let mut child = Command::new(BIN)
+        .args([
+            "worker",
+            "--sim",
+            "--standalone",
+            "--listen",
+            "127.0.0.1:0",
+            "--speedup",
+            "50",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the worker prints its URL")
+        .to_owned();
+    let body: serde_json::Value = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .json(&serde_json::json!({"model": "sim", "prompt": "hi", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["text"], "tok tok ");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::task::spawn_blocking(move || child.wait().unwrap()),
+    )
+    .await
+    .expect("the worker stops after SIGTERM")
+    .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
