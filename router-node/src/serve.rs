@@ -9,8 +9,14 @@
 //! shutdown future resolves; tests drive it in-process. [`main`] is the command.
 
 use crate::config::{BusKind, Config, ConfigError, TopologyKind};
-use crate::frontend::{self, AppState, WorkerDirectory};
+use crate::frontend::{self, ApiError, AppState, WorkerDirectory};
 use crate::telemetry::{self, TelemetryError};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
 use router_actors::bus::nats::NatsBus;
 use router_actors::bus::{Bus, local::LocalBus};
 use router_actors::{Node, NodeError, RegistryHandle};
@@ -19,6 +25,7 @@ use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -153,9 +160,13 @@ async fn serve_node(
         "serving the OpenAI API",
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let mut server = tokio::spawn(frontend::serve(listener, state, async {
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(cancel_rx, cut_off));
+    tokio::spawn(frontend::warm_tokenizer());
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
-    }));
+    });
+    let mut server = tokio::spawn(async move { serving.await });
     let served = tokio::select! {
         // The server ended on its own (an accept error): no drain to do.
         ended = &mut server => Some(ended),
@@ -173,15 +184,81 @@ async fn serve_node(
             match tokio::time::timeout(config.drain_timeout(), &mut server).await {
                 Ok(ended) => flatten(ended),
                 Err(_) => {
-                    tracing::warn!("drain timeout: closing the requests still in flight");
-                    server.abort();
-                    Ok(())
+                    tracing::warn!("drain timeout: cutting the requests still in flight");
+                    let _ = cancel_tx.send(true);
+                    match tokio::time::timeout(CUT_GRACE, &mut server).await {
+                        Ok(ended) => flatten(ended),
+                        Err(_) => {
+                            server.abort();
+                            Ok(())
+                        }
+                    }
                 }
             }
         }
     };
     follow.abort();
     result
+}
+
+/// After the drain timeout, how long cut requests get to unwind before the server task is
+/// abandoned.
+const CUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Resolves once `cancel` turns true (never if its sender is gone without it).
+async fn cancelled(mut cancel: watch::Receiver<bool>) {
+    if cancel.wait_for(|c| *c).await.is_err() {
+        futures::future::pending::<()>().await;
+    }
+}
+
+/// Middleware: when the drain timeout passes, a request still waiting for its response is
+/// answered 503, and a stream still running ends with one SSE error event. Either way its
+/// handler or body is dropped, which releases the booking.
+async fn cut_off(
+    State(cancel): State<watch::Receiver<bool>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = tokio::select! {
+        response = next.run(request) => response,
+        () = cancelled(cancel.clone()) => {
+            return ApiError::router_gone()
+                .message("the node is shutting down")
+                .into_response();
+        }
+    };
+    let streaming = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let event = format!(
+        "data: {}\n\n",
+        ApiError::router_gone()
+            .message("the node shut down before the stream ended")
+            .body_json()
+    );
+    let body = futures::stream::unfold(
+        (body.into_data_stream(), Box::pin(cancelled(cancel)), false),
+        move |(mut body, mut cut, done)| {
+            let event = event.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                tokio::select! {
+                    biased;
+                    next = body.next() => next.map(|item| (item, (body, cut, false))),
+                    () = &mut cut => Some((Ok(Bytes::from(event)), (body, cut, true))),
+                }
+            }
+        },
+    );
+    Response::from_parts(parts, Body::from_stream(body))
 }
 
 fn flatten(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), ServeError> {
@@ -211,6 +288,11 @@ async fn follow_readiness(
 
 /// Binds `http.listen`, connects the bus and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), ServeError> {
+    // Configuration problems first, before any connection is made.
+    if config.node.topology == TopologyKind::Disaggregated {
+        return Err(ServeError::Unsupported);
+    }
+    config.policy_profile()?;
     let bus = connect_bus(&config).await?;
     let listener = TcpListener::bind(&config.http.listen)
         .await
