@@ -165,7 +165,7 @@ fn bad_command_lines_exit_non_zero_with_a_message() {
 
 #[test]
 fn reserved_commands_say_they_are_not_implemented_and_exit_2() {
-    for cmd in ["serve", "worker", "bench", "print-config"] {
+    for cmd in ["worker", "bench"] {
         let out = router_node(&[cmd, "--config", "node.toml"]);
         assert_eq!(out.status.code(), Some(2), "{cmd}");
         let err = String::from_utf8_lossy(&out.stderr);
