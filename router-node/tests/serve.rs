@@ -288,3 +288,73 @@ fn print_config_prints_the_effective_config() {
     assert!(!stdout.contains("secret"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The binary on the in-process bus: serves `/health`, and exits 0 on SIGTERM.
+#[cfg(unix)]
+#[test]
+fn the_binary_serves_and_exits_cleanly_on_sigterm() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (dir, path) = write_config(&format!(
+        "[node]\ncluster = \"bin-test\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n\
+         drain_timeout_ms = 2000\n[bus]\nkind = \"in-process\"\n\
+         [telemetry]\nlog_format = \"json\"\n"
+    ));
+    let child = Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("SWITCHYARD_HTTP_LISTEN")
+        .env_remove("SWITCHYARD_OTLP_ENDPOINT")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{port}/health");
+    let mut up = false;
+    for _ in 0..200 {
+        if let Ok(r) = reqwest::blocking_get(&health) {
+            up = r == 200;
+            if up {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(up, "/health never answered: {stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // JSON logs: one object per line, the drain announced.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with('{') && l.contains("shutting down")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A tiny blocking GET (the test is not async): the status code.
+mod reqwest {
+    pub use ::reqwest::*;
+
+    pub fn blocking_get(url: &str) -> std::result::Result<u16, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            ::reqwest::get(url)
+                .await
+                .map(|r| r.status().as_u16())
+                .map_err(|e| e.to_string())
+        })
+    }
+}

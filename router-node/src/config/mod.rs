@@ -15,7 +15,9 @@
 //! | `SWITCHYARD_NATS_URL`      | `bus.nats_url`            |
 //! | `SWITCHYARD_OTLP_ENDPOINT` | `telemetry.otlp_endpoint` |
 //!
-//! `router-node print-config [--config FILE]` prints the effective configuration as TOML.
+//! `router-node print-config [--config FILE]` prints the effective configuration as TOML
+//! (a NATS URL's user info masked). `router-node/node.example.toml` lists every key with its
+//! default and meaning; a test keeps it equal to the defaults.
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
 //! validation, conversion to the node's `NodeConfig`).

@@ -225,3 +225,9 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
     assert!(err.to_string().starts_with("policy.path"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_example_file_is_the_defaults() {
+    let text = include_str!("../../node.example.toml");
+    assert_eq!(parse(text).unwrap(), Config::default());
+}
