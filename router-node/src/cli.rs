@@ -1,16 +1,20 @@
-//! The command line: `demo` runs the embedded simulation; `serve`, `worker`, `bench` and
-//! `print-config` are reserved for the node, the simulated engine, the trace replayer and
-//! the effective configuration, and say so until they exist.
+//! The command line: `demo` runs the embedded simulation; `serve` runs a router node
+//! (`router_node::serve`); `worker --sim` runs a simulated engine (`router_node::worker`);
+//! `print-config` prints the effective configuration; `bench` is reserved for the trace
+//! replayer and says so until it exists.
 //!
-//! Exit codes: 0 success, 1 a demo whose accounting or ledgers came out wrong, 2 a usage
-//! error or a command that is not implemented yet.
+//! Exit codes: 0 success, 1 a demo whose accounting or ledgers came out wrong or a node that
+//! failed while running, 2 a usage or configuration error or a command that is not
+//! implemented yet.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::demo;
+use router_node::config::Config;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,14 +31,15 @@ struct Cli {
 enum Command {
     /// Run the real admission scheduler over a simulated fleet in simulated time.
     Demo(DemoArgs),
-    /// Serve the OpenAI-compatible HTTP endpoint (not implemented yet).
-    Serve(Reserved),
+    /// Serve the OpenAI-compatible HTTP endpoint: one router node (SIGINT/SIGTERM drains).
+    Serve(ConfigArgs),
     /// Run a simulated engine: an OpenAI API over the mocker, announced on the bus.
     Worker(Box<router_node::worker::cmd::WorkerArgs>),
     /// Replay a trace against an endpoint (not implemented yet).
     Bench(Reserved),
-    /// Print the effective configuration (not implemented yet).
-    PrintConfig(Reserved),
+    /// Print the effective configuration (defaults, then the file, then the environment)
+    /// as TOML.
+    PrintConfig(ConfigArgs),
 }
 
 #[derive(Debug, Args)]
@@ -54,6 +59,15 @@ struct DemoArgs {
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// The node's configuration file. Environment overrides: SWITCHYARD_CLUSTER,
+/// SWITCHYARD_HTTP_LISTEN, SWITCHYARD_NATS_URL, SWITCHYARD_OTLP_ENDPOINT.
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// A TOML file; absent: the defaults (and the environment).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 /// Arguments of a command that does not exist yet: accepted so the message is about the
@@ -76,10 +90,32 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     match cli.command {
         Command::Demo(args) => run_demo(&args),
-        Command::Serve(_) => not_yet("serve", "the HTTP node"),
+        Command::Serve(args) => router_node::serve::main(args.config.as_deref()),
         Command::Worker(args) => router_node::worker::cmd::run(&args),
         Command::Bench(_) => not_yet("bench", "the trace replayer"),
-        Command::PrintConfig(_) => not_yet("print-config", "configuration loading"),
+        Command::PrintConfig(args) => print_config(&args),
+    }
+}
+
+/// Prints the effective configuration; the password of a NATS URL is masked.
+fn print_config(args: &ConfigArgs) -> ExitCode {
+    let mut config = match Config::load(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("router-node print-config: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    config.bus.nats_url = router_node::serve::redact_url(&config.bus.nats_url);
+    match config.to_toml() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("router-node print-config: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -1,10 +1,16 @@
 //! `router-node` as a library: the parts of the node that the binary, integration tests and
 //! benches drive directly.
 //!
+//! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `engine`: the simulated engine behind `worker --sim` (block pool, scheduler, timing).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
+//! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
+//! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
 //! - `worker`: `worker --sim`, the simulated engine behind an OpenAI-compatible API.
 
+pub mod config;
 pub mod engine;
 pub mod frontend;
+pub mod serve;
+pub mod telemetry;
 pub mod worker;

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use router_core::{Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument as _;
 
 /// The header naming a request's policy class (absent or empty: the default class).
 pub const CLASS_HEADER: &str = "x-policy-class";
@@ -40,6 +41,27 @@ pub(super) async fn chat_completions(
 }
 
 async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let span = tracing::info_span!(
+        "http.request",
+        otel.kind = "server",
+        http.route = endpoint.path(),
+        class = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::propagation::set_remote_parent(&span, &headers);
+    let response = handle_openai(state, endpoint, headers, body)
+        .instrument(span.clone())
+        .await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+async fn handle_openai(
+    state: AppState,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let requested = match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
         None => None,
         Some(Ok("")) => None,
@@ -55,6 +77,7 @@ async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: B
         Ok(id) => state.class_name(id),
         Err(_) => "unknown".to_owned(),
     };
+    tracing::Span::current().record("class", class.as_str());
     state.metrics.request(endpoint.label(), &class);
     let outcome = match state.permits.clone().try_acquire_owned() {
         Ok(permit) => {
@@ -97,10 +120,31 @@ async fn admit_and_forward(
         .unwrap_or(state.limits.default_max_tokens)
         .min(state.limits.max_expected_output_tokens);
     let started = tokio::time::Instant::now();
-    match state.router.route(route).await {
+    let admission_span = tracing::info_span!(
+        "router.admission",
+        class = class,
+        outcome = tracing::field::Empty,
+    );
+    let routed = state
+        .router
+        .route(route)
+        .instrument(admission_span.clone())
+        .await;
+    admission_span.record("outcome", outcome_label(&routed));
+    match routed {
         Err(_gone) => Err(ApiError::router_gone()),
         Ok(Err(RouteError::UnknownClass(e))) => Err(ApiError::unknown_class(&e)),
         Ok(Ok(Outcome::Admitted(admission))) => {
+            // The router's choice, as a child of the admission. `overlap` stays empty: the
+            // admission outcome does not carry the matched prefix depth yet.
+            drop(tracing::info_span!(
+                parent: &admission_span,
+                "router.selection",
+                worker = admission.rank.worker.0,
+                dp_rank = admission.rank.dp_rank,
+                overlap = tracing::field::Empty,
+            ));
+            drop(admission_span);
             let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone())
                 .with_permit(permit);
             state.metrics.admission_latency(class, started.elapsed());
@@ -128,6 +172,17 @@ async fn admit_and_forward(
                 "the router answered `queued` to a route call",
             ))
         }
+    }
+}
+
+/// The `outcome` attribute of a `router.admission` span.
+fn outcome_label<E>(routed: &Result<Result<Outcome, RouteError>, E>) -> &'static str {
+    match routed {
+        Err(_) => "router_gone",
+        Ok(Err(_)) => "unknown_class",
+        Ok(Ok(Outcome::Admitted(_))) => "admitted",
+        Ok(Ok(Outcome::Rejected { .. })) => "rejected",
+        Ok(Ok(Outcome::Queued { .. })) => "queued",
     }
 }
 

@@ -14,6 +14,7 @@ use super::AppState;
 use super::error::{ApiError, Stage};
 use super::metrics::Metrics;
 use super::openai::{Endpoint, ParsedRequest};
+use crate::telemetry::propagation;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +25,7 @@ use serde_json::{Map, Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument as _;
 
 /// Holds one admitted request's booking. Dropping it releases the booking, whether the
 /// request finished, failed upstream or its client went away (the response body owns it).
@@ -87,23 +89,60 @@ pub(crate) async fn forward(
     worker: WorkerId,
     client_headers: &HeaderMap,
     class: &str,
+    guard: BookingGuard,
+) -> Result<Response, ApiError> {
+    // The upstream call, until the worker's stream ends (a streaming response owns it).
+    let leg = tracing::info_span!(
+        "worker.leg",
+        otel.kind = "client",
+        worker = worker.0,
+        url = tracing::field::Empty,
+    );
+    forward_leg(
+        state,
+        request,
+        worker,
+        client_headers,
+        class,
+        guard,
+        leg.clone(),
+    )
+    .instrument(leg)
+    .await
+}
+
+async fn forward_leg(
+    state: &AppState,
+    request: &ParsedRequest,
+    worker: WorkerId,
+    client_headers: &HeaderMap,
+    class: &str,
     mut guard: BookingGuard,
+    leg: tracing::Span,
 ) -> Result<Response, ApiError> {
     let base = state
         .directory
         .endpoint(worker)
         .ok_or_else(|| ApiError::no_endpoint(worker))?;
     let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
+    leg.record("url", url.as_str());
     let mut call = state
         .http
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "text/event-stream")
         .body(request.upstream_body());
-    for name in ["traceparent", "tracestate"] {
-        if let Some(value) = client_headers.get(name) {
-            call = call.header(name, value.clone());
+    // The worker's parent is this leg when it is traced; otherwise the client's context
+    // goes on unchanged.
+    let propagated = propagation::context_headers(&leg);
+    if propagated.is_empty() {
+        for name in propagation::HEADERS {
+            if let Some(value) = client_headers.get(name) {
+                call = call.header(name, value.clone());
+            }
         }
+    } else {
+        call = call.headers(propagated);
     }
     let response = call.send().await.map_err(|e| {
         ApiError::upstream(
@@ -129,7 +168,7 @@ pub(crate) async fn forward(
         guard.prefill_done();
     }
     if request.stream {
-        Ok(relay(upstream, first, guard, worker, class.to_owned()))
+        Ok(relay(upstream, first, guard, worker, class.to_owned(), leg))
     } else {
         let body = assemble(
             request.endpoint,
@@ -184,6 +223,7 @@ fn relay(
     guard: BookingGuard,
     worker: WorkerId,
     class: String,
+    leg: tracing::Span,
 ) -> Response {
     struct Relay {
         first: Option<Bytes>,
@@ -191,6 +231,8 @@ fn relay(
         guard: Option<BookingGuard>,
         worker: WorkerId,
         class: String,
+        /// The `worker.leg` span, closed when the stream ends.
+        _leg: tracing::Span,
     }
     let relay = Relay {
         first,
@@ -198,6 +240,7 @@ fn relay(
         guard: Some(guard),
         worker,
         class,
+        _leg: leg,
     };
     let body = stream::unfold(relay, |mut r| async move {
         if let Some(first) = r.first.take() {

@@ -1,0 +1,317 @@
+//! Loading: defaults → file → environment, then validation; and conversion to what the
+//! node and the frontend take.
+
+use super::{Config, TopologyKind};
+use crate::frontend::Limits;
+use router_actors::{NodeConfig, Topology};
+use router_core::{PolicyError, PolicyProfile, RouterId, SelectionConfig};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Overrides `node.cluster`.
+pub const ENV_CLUSTER: &str = "SWITCHYARD_CLUSTER";
+/// Overrides `http.listen`.
+pub const ENV_HTTP_LISTEN: &str = "SWITCHYARD_HTTP_LISTEN";
+/// Overrides `bus.nats_url`.
+pub const ENV_NATS_URL: &str = "SWITCHYARD_NATS_URL";
+/// Overrides `telemetry.otlp_endpoint`.
+pub const ENV_OTLP_ENDPOINT: &str = "SWITCHYARD_OTLP_ENDPOINT";
+
+/// What can be wrong with a configuration. Every variant names the file or the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Syntax, a wrong type or an unknown key: the parser's message names the key and line.
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value out of range; `key` is dotted (`selection.temperature`).
+    #[error("{key} {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("policy.path {path}: {source}")]
+    Policy { path: PathBuf, source: PolicyError },
+    #[error("cannot print the configuration: {0}")]
+    Print(String),
+}
+
+impl ConfigError {
+    fn invalid(key: &str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The dotted key of an invalid value.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { key, .. } => Some(key),
+            Self::Policy { .. } => Some("policy.path"),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document (no environment, no validation). `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let message = e.to_string().trim_end().to_owned();
+            // The parser shows the line; name the table it is in as well.
+            let message = match e.span().and_then(|span| section_at(text, span.start)) {
+                Some(section) => format!("in [{section}]: {message}"),
+                None => message,
+            };
+            ConfigError::Parse {
+                path: origin.to_owned(),
+                message,
+            }
+        })
+    }
+
+    /// The effective configuration: defaults, then `path` if given, then the process
+    /// environment; validated.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, |name| std::env::var(name).ok())
+    }
+
+    /// [`Config::load`] with the environment read through `env` (tests pass a map).
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            None => Config::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let mut config = Self::from_toml_str(&text, path)?;
+                config.resolve_relative_paths(path);
+                config
+            }
+        };
+        config.apply_env(env);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A relative `policy.path` is relative to the directory of the config file.
+    fn resolve_relative_paths(&mut self, config_file: &Path) {
+        if let Some(policy) = &self.policy.path
+            && policy.is_relative()
+            && let Some(dir) = config_file.parent()
+        {
+            self.policy.path = Some(dir.join(policy));
+        }
+    }
+
+    /// Applies the `SWITCHYARD_*` overrides; an empty value is ignored.
+    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) {
+        let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = get(ENV_CLUSTER) {
+            self.node.cluster = v;
+        }
+        if let Some(v) = get(ENV_HTTP_LISTEN) {
+            self.http.listen = v;
+        }
+        if let Some(v) = get(ENV_NATS_URL) {
+            self.bus.nats_url = v;
+        }
+        if let Some(v) = get(ENV_OTLP_ENDPOINT) {
+            self.telemetry.otlp_endpoint = Some(v);
+        }
+    }
+
+    /// Checks every value; the first bad one is reported by its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = &self.node;
+        if n.cluster.is_empty()
+            || !n
+                .cluster
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ConfigError::invalid(
+                "node.cluster",
+                format!(
+                    "must be non-empty ASCII letters, digits, `-` or `_` (a bus subject token), got {:?}",
+                    n.cluster
+                ),
+            ));
+        }
+        if n.block_size == 0 {
+            return Err(ConfigError::invalid("node.block_size", "must be >= 1"));
+        }
+        let h = &self.http;
+        if parse_listen(&h.listen).is_none() {
+            return Err(ConfigError::invalid(
+                "http.listen",
+                format!("must be host:port, got {:?}", h.listen),
+            ));
+        }
+        for (key, value) in [
+            ("http.body_limit_bytes", h.body_limit_bytes as u64),
+            ("http.concurrency_limit", h.concurrency_limit as u64),
+            ("http.default_max_tokens", h.default_max_tokens),
+            (
+                "http.upstream_connect_timeout_ms",
+                h.upstream_connect_timeout_ms,
+            ),
+            ("http.upstream_read_timeout_ms", h.upstream_read_timeout_ms),
+            ("peer_sync.heartbeat_ms", self.peer_sync.heartbeat_ms),
+            ("peer_sync.lease_ms", self.peer_sync.lease_ms),
+            (
+                "scheduler.reservation_lease_ms",
+                self.scheduler.reservation_lease_ms,
+            ),
+            ("scheduler.recheck_ms", self.scheduler.recheck_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::invalid(key, "must be >= 1"));
+            }
+        }
+        // tokio's Semaphore refuses more permits than this.
+        if h.concurrency_limit > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(ConfigError::invalid(
+                "http.concurrency_limit",
+                format!("must be <= {}", tokio::sync::Semaphore::MAX_PERMITS),
+            ));
+        }
+        if self.peer_sync.lease_ms <= self.peer_sync.heartbeat_ms {
+            return Err(ConfigError::invalid(
+                "peer_sync.lease_ms",
+                format!(
+                    "must be greater than peer_sync.heartbeat_ms ({}), got {}",
+                    self.peer_sync.heartbeat_ms, self.peer_sync.lease_ms
+                ),
+            ));
+        }
+        if !self.bus.nats_url.contains("://") && self.bus.kind == super::BusKind::Nats {
+            return Err(ConfigError::invalid(
+                "bus.nats_url",
+                format!(
+                    "must be a URL (nats://host:port), got {:?}",
+                    self.bus.nats_url
+                ),
+            ));
+        }
+        self.selection_config().validate().map_err(|e| {
+            // router-core's message already starts with `selection.<field>`.
+            let text = e.to_string();
+            match text.split_once(' ') {
+                Some((key, reason)) => ConfigError::invalid(key, reason),
+                None => ConfigError::invalid("selection", text),
+            }
+        })?;
+        let t = &self.telemetry;
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&t.log_filter) {
+            return Err(ConfigError::invalid(
+                "telemetry.log_filter",
+                format!("is not a valid filter ({e}): {:?}", t.log_filter),
+            ));
+        }
+        if let Some(endpoint) = &t.otlp_endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::invalid(
+                "telemetry.otlp_endpoint",
+                format!("must be an http:// or https:// URL, got {endpoint:?}"),
+            ));
+        }
+        if t.service_name.is_empty() {
+            return Err(ConfigError::invalid(
+                "telemetry.service_name",
+                "must not be empty",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML (what `print-config` prints).
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string_pretty(self).map_err(|e| ConfigError::Print(e.to_string()))
+    }
+
+    pub fn selection_config(&self) -> SelectionConfig {
+        SelectionConfig {
+            prefill_load_scale: self.selection.prefill_load_scale,
+            overlap_credit: self.selection.overlap_credit,
+            temperature: self.selection.temperature,
+        }
+    }
+
+    /// The configured policy profile, or the fallback profile when `policy.path` is absent.
+    pub fn policy_profile(&self) -> Result<PolicyProfile, ConfigError> {
+        match &self.policy.path {
+            None => Ok(PolicyProfile::fallback()),
+            Some(path) => PolicyProfile::from_path(path).map_err(|source| ConfigError::Policy {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// The node's actor-tree configuration. The router id is `node.router_id`, or a fresh
+    /// random one.
+    pub fn node_config(&self, profile: PolicyProfile) -> NodeConfig {
+        let router_id = RouterId(self.node.router_id.unwrap_or_else(uuid::Uuid::new_v4));
+        let topology = match self.node.topology {
+            TopologyKind::Aggregated => Topology::Aggregated,
+            TopologyKind::Disaggregated => Topology::Disaggregated,
+        };
+        let mut node = NodeConfig::new(self.node.cluster.clone(), router_id, topology, profile);
+        node.block_size = self.node.block_size;
+        node.selection = self.selection_config();
+        node.reservation_lease = Duration::from_millis(self.scheduler.reservation_lease_ms);
+        node.recheck_every = Duration::from_millis(self.scheduler.recheck_ms);
+        node.peer_sync.heartbeat_every = Duration::from_millis(self.peer_sync.heartbeat_ms);
+        node.peer_sync.lease = Duration::from_millis(self.peer_sync.lease_ms);
+        node.peer_sync.snapshot_window = Duration::from_millis(self.peer_sync.snapshot_window_ms);
+        // Selection sampling (temperature > 0) differs between routers, as their ids do.
+        node.seed = router_id.0.as_u64_pair().0;
+        node
+    }
+
+    /// The frontend's limits.
+    pub fn limits(&self) -> Limits {
+        let h = &self.http;
+        Limits {
+            max_concurrent_requests: h.concurrency_limit,
+            max_body_bytes: h.body_limit_bytes,
+            default_max_tokens: h.default_max_tokens,
+            connect_timeout: Duration::from_millis(h.upstream_connect_timeout_ms),
+            read_timeout: Duration::from_millis(h.upstream_read_timeout_ms),
+            ..Limits::default()
+        }
+    }
+
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.http.drain_timeout_ms)
+    }
+}
+
+/// `host:port` with a numeric port (an IP literal, or a name resolved when binding).
+fn parse_listen(listen: &str) -> Option<()> {
+    if listen.parse::<SocketAddr>().is_ok() {
+        return Some(());
+    }
+    let (host, port) = listen.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    (!host.is_empty() && !host.contains(char::is_whitespace)).then_some(())
+}
+
+/// The `[table]` header in force at byte `offset` of `text`.
+fn section_at(text: &str, offset: usize) -> Option<&str> {
+    let before = text.get(..offset)?;
+    before.lines().rev().find_map(|line| {
+        let line = line.trim();
+        let inner = line.strip_prefix('[')?.split(']').next()?.trim();
+        (!inner.is_empty() && !inner.starts_with('[')).then_some(inner)
+    })
+}

@@ -1,0 +1,269 @@
+//! The node's one typed configuration: a TOML file, defaults for every key, and a few
+//! environment overrides for addresses and secrets.
+//!
+//! Precedence, lowest first: built-in defaults → the file → the environment. Unknown keys
+//! are errors in every section (`deny_unknown_fields`): the TOML parser's message names the
+//! key and its line, and the loader adds the file path. Values are then validated and a bad
+//! one is reported by its dotted key (`selection.temperature must be >= 0, got -1`).
+//!
+//! Environment overrides (an empty value counts as unset):
+//!
+//! | variable                   | key                       |
+//! |----------------------------|---------------------------|
+//! | `SWITCHYARD_CLUSTER`       | `node.cluster`            |
+//! | `SWITCHYARD_HTTP_LISTEN`   | `http.listen`             |
+//! | `SWITCHYARD_NATS_URL`      | `bus.nats_url`            |
+//! | `SWITCHYARD_OTLP_ENDPOINT` | `telemetry.otlp_endpoint` |
+//!
+//! `router-node print-config [--config FILE]` prints the effective configuration as TOML
+//! (a NATS URL's user info masked). `router-node/node.example.toml` lists every key with its
+//! default and meaning; a test keeps it equal to the defaults.
+//!
+//! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
+//! validation, conversion to the node's `NodeConfig`).
+
+mod load;
+
+pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The whole configuration. Every section may be left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub node: NodeSection,
+    pub http: HttpSection,
+    pub bus: BusSection,
+    pub policy: PolicySection,
+    pub selection: SelectionSection,
+    pub peer_sync: PeerSyncSection,
+    pub scheduler: SchedulerSection,
+    pub telemetry: TelemetrySection,
+}
+
+/// Aggregated workers (one pool), or a prefill pool and a decode pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopologyKind {
+    #[default]
+    Aggregated,
+    Disaggregated,
+}
+
+/// `[node]`: who this router is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeSection {
+    /// Cluster name: the prefix of every bus subject. Routers and workers of one fleet
+    /// share it.
+    pub cluster: String,
+    /// This router's id among its peers; absent: a random UUID v4 at every start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_id: Option<uuid::Uuid>,
+    pub topology: TopologyKind,
+    /// Tokens per KV block of every worker.
+    pub block_size: u32,
+}
+
+impl Default for NodeSection {
+    fn default() -> Self {
+        Self {
+            cluster: "switchyard".to_owned(),
+            router_id: None,
+            topology: TopologyKind::Aggregated,
+            block_size: 16,
+        }
+    }
+}
+
+/// `[http]`: the OpenAI-compatible frontend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// `host:port` to listen on.
+    pub listen: String,
+    /// Largest accepted request body (bytes); larger is a 413.
+    pub body_limit_bytes: usize,
+    /// OpenAI requests handled at once; one more is a 429.
+    pub concurrency_limit: usize,
+    /// Output tokens assumed when a request gives no `max_tokens`.
+    pub default_max_tokens: u64,
+    /// At shutdown, how long in-flight requests and streams may take to finish.
+    pub drain_timeout_ms: u64,
+    /// Connecting to a worker.
+    pub upstream_connect_timeout_ms: u64,
+    /// Longest silence between two reads from a worker.
+    pub upstream_read_timeout_ms: u64,
+    /// Model names served by `GET /v1/models`.
+    pub models: Vec<String>,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:8080".to_owned(),
+            body_limit_bytes: 4 * 1024 * 1024,
+            concurrency_limit: 4096,
+            default_max_tokens: 256,
+            drain_timeout_ms: 30_000,
+            upstream_connect_timeout_ms: 2_000,
+            upstream_read_timeout_ms: 60_000,
+            models: Vec::new(),
+        }
+    }
+}
+
+/// Which bus the node talks on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BusKind {
+    /// NATS at `bus.nats_url`: several routers and out-of-process workers.
+    #[default]
+    Nats,
+    /// A bus inside this process: one router, workers in the same process (tests, demos).
+    InProcess,
+}
+
+/// `[bus]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BusSection {
+    pub kind: BusKind,
+    /// Used when `kind = "nats"`. May carry credentials: prefer `SWITCHYARD_NATS_URL`.
+    pub nats_url: String,
+}
+
+impl Default for BusSection {
+    fn default() -> Self {
+        Self {
+            kind: BusKind::Nats,
+            nats_url: "nats://127.0.0.1:4222".to_owned(),
+        }
+    }
+}
+
+/// `[policy]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySection {
+    /// A policy profile (`.toml`, `.yaml` or `.yml`); a relative path is relative to the
+    /// config file's directory. Absent: the fallback profile (one class, never queues).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+/// `[selection]`: router-core's `SelectionConfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SelectionSection {
+    pub prefill_load_scale: f64,
+    pub overlap_credit: f64,
+    pub temperature: f64,
+}
+
+impl Default for SelectionSection {
+    fn default() -> Self {
+        let d = router_core::SelectionConfig::default();
+        Self {
+            prefill_load_scale: d.prefill_load_scale,
+            overlap_credit: d.overlap_credit,
+            temperature: d.temperature,
+        }
+    }
+}
+
+/// `[peer_sync]`: how router replicas keep their ledgers in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeerSyncSection {
+    /// Heartbeat (with digest) period.
+    pub heartbeat_ms: u64,
+    /// A peer silent this long is expired; must exceed `heartbeat_ms`.
+    pub lease_ms: u64,
+    /// How long a starting router waits for peers' snapshots before it is ready.
+    pub snapshot_window_ms: u64,
+}
+
+impl Default for PeerSyncSection {
+    fn default() -> Self {
+        let d = router_actors::PeerSyncConfig::default();
+        Self {
+            heartbeat_ms: millis(d.heartbeat_every),
+            lease_ms: millis(d.lease),
+            snapshot_window_ms: millis(d.snapshot_window),
+        }
+    }
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSection {
+    /// A decode reservation not confirmed within this long is dropped.
+    pub reservation_lease_ms: u64,
+    /// How often queued requests are re-checked against the gate.
+    pub recheck_ms: u64,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        Self {
+            reservation_lease_ms: 30_000,
+            recheck_ms: 1_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (tonic), usually port 4317.
+    #[default]
+    Grpc,
+    /// OTLP over HTTP/protobuf, usually `http://host:4318/v1/traces` (give the full URL).
+    Http,
+}
+
+/// `[telemetry]`: logs and traces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    pub log_format: LogFormat,
+    /// A `tracing` env-filter directive (`info`, `router_node=debug,info`, ...).
+    pub log_filter: String,
+    /// Where to export traces; absent: no trace export.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: OtlpProtocol,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Text,
+            log_filter: "info".to_owned(),
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::Grpc,
+            service_name: "switchyard-router".to_owned(),
+        }
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    let config = Config::from_toml_str(text, Path::new("node.toml"))?;
+    config.validate()?;
+    Ok(config)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("switchyard-config-{tag}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn an_empty_file_is_the_defaults() {
+    assert_eq!(parse("").unwrap(), Config::default());
+}
+
+#[test]
+fn an_unknown_key_is_named_with_the_file() {
+    let err = parse("[http]\nlisen = \"0.0.0.0:1\"\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("node.toml"), "{text}");
+    assert!(text.contains("lisen"), "{text}");
+    assert!(text.contains("in [http]"), "{text}");
+    let err = parse("[nodes]\ncluster = \"a\"\n").unwrap_err();
+    assert!(err.to_string().contains("nodes"), "{err}");
+}
+
+#[test]
+fn a_wrong_type_is_named() {
+    let err = parse("[node]\nblock_size = \"sixteen\"\n").unwrap_err();
+    assert!(err.to_string().contains("block_size"), "{err}");
+    let err = parse("[bus]\nkind = \"carrier-pigeon\"\n").unwrap_err();
+    assert!(err.to_string().contains("carrier-pigeon"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    let cases = [
+        (
+            "[selection]\ntemperature = -1.0\n",
+            "selection.temperature must be >= 0",
+        ),
+        (
+            "[selection]\noverlap_credit = nan\n",
+            "selection.overlap_credit must be a finite",
+        ),
+        ("[node]\nblock_size = 0\n", "node.block_size must be >= 1"),
+        ("[node]\ncluster = \"a.b\"\n", "node.cluster"),
+        (
+            "[http]\nlisten = \"nowhere\"\n",
+            "http.listen must be host:port",
+        ),
+        (
+            "[http]\nconcurrency_limit = 0\n",
+            "http.concurrency_limit must be >= 1",
+        ),
+        (
+            "[peer_sync]\nheartbeat_ms = 500\nlease_ms = 400\n",
+            "peer_sync.lease_ms must be greater",
+        ),
+        (
+            "[scheduler]\nrecheck_ms = 0\n",
+            "scheduler.recheck_ms must be >= 1",
+        ),
+        (
+            "[telemetry]\nlog_filter = \"info,=[\"\n",
+            "telemetry.log_filter",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"collector:4317\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        ("[bus]\nnats_url = \"localhost\"\n", "bus.nats_url"),
+    ];
+    for (text, expected) in cases {
+        let err = parse(text).unwrap_err();
+        assert!(err.to_string().starts_with(expected), "{text:?}: {err}");
+        assert!(err.key().is_some(), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn the_environment_wins_over_the_file() {
+    let dir = temp_dir("env");
+    let path = write(
+        &dir,
+        "node.toml",
+        "[node]\ncluster = \"from-file\"\n[http]\nlisten = \"127.0.0.1:1\"\n\
+         [bus]\nnats_url = \"nats://file:4222\"\n",
+    );
+    let env: HashMap<&str, &str> = [
+        (ENV_CLUSTER, "from-env"),
+        (ENV_HTTP_LISTEN, "127.0.0.1:9999"),
+        (ENV_NATS_URL, "nats://user:secret@env:4222"),
+        (ENV_OTLP_ENDPOINT, "http://otel:4317"),
+    ]
+    .into();
+    let config =
+        Config::load_with_env(Some(&path), |k| env.get(k).map(|v| (*v).to_owned())).unwrap();
+    assert_eq!(config.node.cluster, "from-env");
+    assert_eq!(config.http.listen, "127.0.0.1:9999");
+    assert_eq!(config.bus.nats_url, "nats://user:secret@env:4222");
+    assert_eq!(
+        config.telemetry.otlp_endpoint.as_deref(),
+        Some("http://otel:4317")
+    );
+    // An empty variable is unset: the file's value stays.
+    let config =
+        Config::load_with_env(Some(&path), |k| (k == ENV_CLUSTER).then(String::new)).unwrap();
+    assert_eq!(config.node.cluster, "from-file");
+    // A bad value from the environment is still named by its key.
+    let err = Config::load_with_env(Some(&path), |k| {
+        (k == ENV_HTTP_LISTEN).then(|| "no port".to_owned())
+    })
+    .unwrap_err();
+    assert_eq!(err.key(), Some("http.listen"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn defaults_round_trip_through_print_config() {
+    let text = Config::default().to_toml().unwrap();
+    for section in [
+        "[node]",
+        "[http]",
+        "[bus]",
+        "[selection]",
+        "[peer_sync]",
+        "[scheduler]",
+        "[telemetry]",
+    ] {
+        assert!(text.contains(section), "{section} missing:\n{text}");
+    }
+    assert_eq!(parse(&text).unwrap(), Config::default());
+}
+
+#[test]
+fn a_full_config_round_trips() {
+    let text = r#"
+[node]
+cluster = "prod"
+router_id = "6f1c1a8e-8d3f-4b8e-9a55-3d2a0c1b2e10"
+topology = "disaggregated"
+block_size = 32
+
+[http]
+listen = "127.0.0.1:8000"
+models = ["llama"]
+
+[bus]
+kind = "in-process"
+
+[policy]
+path = "/etc/switchyard/policy.yaml"
+
+[selection]
+temperature = 0.5
+
+[telemetry]
+log_format = "json"
+otlp_endpoint = "http://collector:4318/v1/traces"
+otlp_protocol = "http"
+"#;
+    let config = parse(text).unwrap();
+    assert_eq!(config.node.topology, TopologyKind::Disaggregated);
+    assert_eq!(config.bus.kind, BusKind::InProcess);
+    assert_eq!(config.telemetry.otlp_protocol, OtlpProtocol::Http);
+    let again = parse(&config.to_toml().unwrap()).unwrap();
+    assert_eq!(again, config);
+    let node = config.node_config(router_core::PolicyProfile::fallback());
+    assert_eq!(
+        node.router_id.0.to_string(),
+        "6f1c1a8e-8d3f-4b8e-9a55-3d2a0c1b2e10"
+    );
+    assert_eq!(node.block_size, 32);
+    assert_eq!(node.topology, router_actors::Topology::Disaggregated);
+}
+
+#[test]
+fn a_missing_file_names_it() {
+    let err = Config::load_with_env(Some(Path::new("/nonexistent/node.toml")), no_env).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/node.toml"), "{err}");
+}
+
+#[test]
+fn a_relative_policy_path_is_relative_to_the_config_file() {
+    let dir = temp_dir("policy");
+    write(
+        &dir,
+        "policy.toml",
+        "default_class = \"a\"\n[[classes]]\nname = \"a\"\nslo_ms = 100\nquantum = 1\n",
+    );
+    let path = write(&dir, "node.toml", "[policy]\npath = \"policy.toml\"\n");
+    let config = Config::load_with_env(Some(&path), no_env).unwrap();
+    assert_eq!(
+        config.policy.path.as_deref(),
+        Some(dir.join("policy.toml").as_path())
+    );
+    let profile = config.policy_profile().unwrap();
+    assert_eq!(profile.classes().len(), 1);
+    // A missing profile names `policy.path`.
+    let path = write(&dir, "bad.toml", "[policy]\npath = \"missing.yaml\"\n");
+    let err = Config::load_with_env(Some(&path), no_env)
+        .unwrap()
+        .policy_profile()
+        .unwrap_err();
+    assert!(err.to_string().starts_with("policy.path"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_example_file_is_the_defaults() {
+    let text = include_str!("../../node.example.toml");
+    assert_eq!(parse(text).unwrap(), Config::default());
+}

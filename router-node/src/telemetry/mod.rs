@@ -1,0 +1,175 @@
+//! Logs and traces: a `tracing` subscriber writing text or JSON logs under an env-filter
+//! directive, and, when `telemetry.otlp_endpoint` is set, an OpenTelemetry tracer exporting
+//! the node's spans over OTLP (gRPC via tonic, or HTTP/protobuf).
+//!
+//! The request spans are made by the frontend: `http.request` (its parent is the client's
+//! W3C `traceparent` when there is one) → `router.admission` (class, outcome) →
+//! `router.selection` (worker, rank), and `worker.leg` (the upstream call, until the stream
+//! ends), whose context goes to the worker as `traceparent`. See [`propagation`].
+//!
+//! [`init`] installs the subscriber for the process and returns a [`TelemetryGuard`]; call
+//! [`TelemetryGuard::shutdown`] at exit so the last spans are flushed.
+
+pub mod propagation;
+
+use crate::config::{LogFormat, OtlpProtocol, TelemetrySection};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use std::time::Duration;
+use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::{Layer, Registry};
+
+/// How long one OTLP export may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("telemetry.log_filter: {0}")]
+    Filter(String),
+    #[error("telemetry.otlp_endpoint: cannot build the OTLP exporter: {0}")]
+    Exporter(String),
+    #[error("a global tracing subscriber is already installed: {0}")]
+    AlreadyInstalled(String),
+}
+
+/// Keeps the tracer provider; shutting it down flushes the spans not exported yet.
+#[derive(Debug)]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl TelemetryGuard {
+    /// True when spans are exported over OTLP.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports every finished span now (blocking work runs off the async threads).
+    pub async fn flush(&self) {
+        if let Some(provider) = self.provider.clone() {
+            let _ = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+        }
+    }
+
+    /// Flushes and stops the exporter.
+    pub async fn shutdown(mut self) {
+        if let Some(provider) = self.provider.take() {
+            let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+            if let Ok(Err(e)) = done {
+                eprintln!("telemetry: flushing spans at shutdown failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        // Not shut down through `shutdown` (an early return): flush on a plain thread, as
+        // the async-runtime batch processor must not be waited on from its own runtime.
+        if let Some(provider) = self.provider.take() {
+            let _ = std::thread::spawn(move || provider.shutdown()).join();
+        }
+    }
+}
+
+/// A subscriber built from `config` (not installed) and the guard of its exporter. Must be
+/// called inside a Tokio runtime when an OTLP endpoint is configured.
+pub fn subscriber(
+    config: &TelemetrySection,
+) -> Result<
+    (
+        impl tracing::Subscriber + Send + Sync + 'static,
+        TelemetryGuard,
+    ),
+    TelemetryError,
+> {
+    let filter = EnvFilter::try_new(&config.log_filter)
+        .map_err(|e| TelemetryError::Filter(format!("{e}: {:?}", config.log_filter)))?;
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.log_format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let (traces, provider) = match &config.otlp_endpoint {
+        None => (None, None),
+        Some(endpoint) => {
+            let provider = tracer_provider(endpoint, config.otlp_protocol, &config.service_name)?;
+            let tracer = provider.tracer("router-node");
+            // The node's own spans only: the exporter's (tonic, hyper, reqwest) would feed
+            // back into themselves.
+            let targets = Targets::new()
+                .with_target("router_node", LevelFilter::INFO)
+                .with_target("router_actors", LevelFilter::INFO)
+                .with_default(LevelFilter::OFF);
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(targets)
+                .boxed();
+            (Some(layer), Some(provider))
+        }
+    };
+    let subscriber = Registry::default().with(logs).with(traces);
+    Ok((subscriber, TelemetryGuard { provider }))
+}
+
+/// Builds the subscriber and installs it for the whole process (once).
+pub fn init(config: &TelemetrySection) -> Result<TelemetryGuard, TelemetryError> {
+    let (subscriber, guard) = subscriber(config)?;
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|e| TelemetryError::AlreadyInstalled(e.to_string()))?;
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    Ok(guard)
+}
+
+fn tracer_provider(
+    endpoint: &str,
+    protocol: OtlpProtocol,
+    service_name: &str,
+) -> Result<SdkTracerProvider, TelemetryError> {
+    let resource = Resource::builder()
+        .with_service_name(service_name.to_owned())
+        .build();
+    let builder = SdkTracerProvider::builder().with_resource(resource);
+    let provider = match protocol {
+        OtlpProtocol::Grpc => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .with_timeout(EXPORT_TIMEOUT)
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            builder.with_batch_exporter(exporter).build()
+        }
+        OtlpProtocol::Http => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(endpoint)
+                .with_timeout(EXPORT_TIMEOUT)
+                .build()
+                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+            // The default batch processor runs on a thread without a Tokio reactor, where
+            // the reqwest client cannot run: export from a task on the runtime instead.
+            let processor =
+                opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+                    exporter,
+                    opentelemetry_sdk::runtime::Tokio,
+                )
+                .build();
+            builder.with_span_processor(processor).build()
+        }
+    };
+    Ok(provider)
+}

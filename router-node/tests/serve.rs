@@ -1,0 +1,360 @@
+//! `router-node serve`: a node started in-process on the in-process bus (health, readiness
+//! following a worker's announcement, metrics, a request through the worker registry, a
+//! graceful drain), and the binary's exit on a bad configuration.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use router_actors::WorkerLink;
+use router_actors::bus::Bus;
+use router_actors::bus::local::LocalBus;
+use router_actors::wire::{Subjects, WorkerAnnounce};
+use router_core::{PoolRole, WorkerSpec};
+use router_node::config::{BusKind, Config};
+use router_node::serve::{ServeError, serve_with_bus};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+struct Served {
+    url: String,
+    bus: Arc<dyn Bus>,
+    stop: Option<oneshot::Sender<()>>,
+    done: JoinHandle<Result<(), ServeError>>,
+    http: reqwest::Client,
+}
+
+fn test_config(drain_ms: u64) -> Config {
+    let mut config = Config::default();
+    config.node.cluster = format!("serve-test-{}", uuid::Uuid::new_v4().simple());
+    config.bus.kind = BusKind::InProcess;
+    config.http.listen = "127.0.0.1:0".to_owned();
+    config.http.drain_timeout_ms = drain_ms;
+    config.http.models = vec!["stand-in".to_owned()];
+    config.peer_sync.heartbeat_ms = 50;
+    config.peer_sync.lease_ms = 300;
+    config.peer_sync.snapshot_window_ms = 100;
+    config.scheduler.recheck_ms = 50;
+    config.validate().unwrap();
+    config
+}
+
+async fn start(config: Config) -> Served {
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let listener = TcpListener::bind(&config.http.listen).await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+        let _ = stopped.await;
+    }));
+    Served {
+        url,
+        bus,
+        stop: Some(stop),
+        done,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Served {
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{}", self.url, path))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn wait_ready(&self, want: u16) {
+        for _ in 0..300 {
+            if self.get("/ready").await.status().as_u16() == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("/ready never answered {want}");
+    }
+
+    /// Announces worker 1 (one rank), served at `endpoint`, on the node's bus.
+    async fn announce(&self, cluster: &str, endpoint: &str) -> WorkerLink {
+        let announce = WorkerAnnounce {
+            spec: WorkerSpec::new(1, 1, 10_000, 8192),
+            pool: PoolRole::Aggregated,
+            endpoint: endpoint.to_owned(),
+            heartbeat_ms: 50,
+            lease_ms: 1_000,
+        };
+        WorkerLink::start(
+            self.bus.clone(),
+            &Subjects::new(cluster),
+            announce,
+            Duration::from_millis(50),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn stop(mut self) -> Result<(), ServeError> {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(10), self.done)
+            .await
+            .expect("serve returns after its shutdown")
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_ready_metrics_and_a_request_through_the_registry() {
+    let config = test_config(5_000);
+    let cluster = config.node.cluster.clone();
+    let node = start(config).await;
+
+    let health = node.get("/health").await;
+    assert_eq!(health.status(), 200);
+    // Not ready before any worker is known.
+    assert_eq!(node.get("/ready").await.status(), 503);
+    let metrics = node.get("/metrics").await;
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.text().await.unwrap().contains("# EOF"));
+    let models: serde_json::Value = node.get("/v1/models").await.json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], "stand-in");
+
+    let worker = support::spawn_worker(3, Duration::from_millis(1)).await;
+    let link = node.announce(&cluster, &worker.url).await;
+    node.wait_ready(200).await;
+
+    // The admitted request reaches the worker whose endpoint the registry learned.
+    let response = node
+        .http
+        .post(format!("{}/v1/completions", node.url))
+        .json(&serde_json::json!({"model": "stand-in", "prompt": "hello there", "max_tokens": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["text"], "toktoktok");
+    assert_eq!(worker.seen.lock().unwrap().len(), 1);
+
+    // The worker goes away: its lease runs out and the node is no longer ready.
+    link.shutdown().await.unwrap();
+    node.wait_ready(503).await;
+
+    node.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_an_in_flight_stream() {
+    let config = test_config(5_000);
+    let cluster = config.node.cluster.clone();
+    let node = start(config).await;
+    // Five chunks, 100 ms apart: the stream is still going when the shutdown comes.
+    let worker = support::spawn_worker(5, Duration::from_millis(100)).await;
+    let _link = node.announce(&cluster, &worker.url).await;
+    node.wait_ready(200).await;
+
+    let mut response = node
+        .http
+        .post(format!("{}/v1/completions", node.url))
+        .json(&serde_json::json!({"model": "m", "prompt": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+
+    let url = node.url.clone();
+    let stopping = tokio::spawn(node.stop());
+    // Draining: not ready, and no new connections.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let fresh = reqwest::Client::new()
+        .get(format!("{url}/health"))
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(fresh.is_err(), "a new connection was served while draining");
+
+    // The in-flight stream runs to its end.
+    let mut rest = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        rest.extend_from_slice(&chunk);
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+    stopping.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_timeout_bounds_the_shutdown() {
+    let config = test_config(200);
+    let cluster = config.node.cluster.clone();
+    let node = start(config).await;
+    // A stream far longer than the drain timeout.
+    let worker = support::spawn_worker(100, Duration::from_millis(100)).await;
+    let _link = node.announce(&cluster, &worker.url).await;
+    node.wait_ready(200).await;
+    let mut response = node
+        .http
+        .post(format!("{}/v1/completions", node.url))
+        .json(&serde_json::json!({"model": "m", "prompt": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    response.chunk().await.unwrap().unwrap();
+    let started = std::time::Instant::now();
+    node.stop().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // The cut stream ends at once with an error event, not `[DONE]`.
+    let rest = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut rest = Vec::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            rest.extend_from_slice(&chunk);
+        }
+        String::from_utf8(rest).unwrap()
+    })
+    .await
+    .expect("the cut stream ends");
+    assert!(rest.contains("shut down before the stream ended"), "{rest}");
+    assert!(!rest.contains("[DONE]"), "{rest}");
+}
+
+fn write_config(text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("switchyard-serve-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn run_binary(args: &[&str], path: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env_remove("SWITCHYARD_CLUSTER")
+        .env_remove("SWITCHYARD_HTTP_LISTEN")
+        .env_remove("SWITCHYARD_NATS_URL")
+        .env_remove("SWITCHYARD_OTLP_ENDPOINT")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_config_error_exits_non_zero_naming_the_key() {
+    let cases = [
+        (
+            "[selection]\ntemperature = -0.5\n",
+            "selection.temperature must be >= 0",
+        ),
+        ("[http]\nlisen = \"127.0.0.1:1\"\n", "lisen"),
+        ("[node]\nblock_size = 0\n", "node.block_size"),
+        ("[policy]\npath = \"missing.yaml\"\n", "policy.path"),
+    ];
+    for (text, expected) in cases {
+        let (dir, path) = write_config(text);
+        let out = run_binary(&["serve"], &path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {stderr}");
+        assert!(stderr.contains(expected), "{text:?}: {stderr}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn print_config_prints_the_effective_config() {
+    let (dir, path) = write_config("[node]\ncluster = \"from-file\"\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(["print-config", "--config"])
+        .arg(&path)
+        .env("SWITCHYARD_HTTP_LISTEN", "127.0.0.1:7777")
+        .env("SWITCHYARD_NATS_URL", "nats://user:secret@nats:4222")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let printed = Config::from_toml_str(&stdout, std::path::Path::new("stdout")).unwrap();
+    assert_eq!(printed.node.cluster, "from-file");
+    assert_eq!(printed.http.listen, "127.0.0.1:7777");
+    assert_eq!(printed.bus.nats_url, "nats://***@nats:4222");
+    assert!(!stdout.contains("secret"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The binary on the in-process bus: serves `/health`, and exits 0 on SIGTERM.
+#[cfg(unix)]
+#[test]
+fn the_binary_serves_and_exits_cleanly_on_sigterm() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (dir, path) = write_config(&format!(
+        "[node]\ncluster = \"bin-test\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n\
+         drain_timeout_ms = 2000\n[bus]\nkind = \"in-process\"\n\
+         [telemetry]\nlog_format = \"json\"\n"
+    ));
+    let child = Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("SWITCHYARD_HTTP_LISTEN")
+        .env_remove("SWITCHYARD_OTLP_ENDPOINT")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{port}/health");
+    let mut up = false;
+    for _ in 0..200 {
+        if let Ok(r) = reqwest::blocking_get(&health) {
+            up = r == 200;
+            if up {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(up, "/health never answered: {stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // JSON logs: one object per line, the drain announced.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with('{') && l.contains("shutting down")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A tiny blocking GET (the test is not async): the status code.
+mod reqwest {
+    pub use ::reqwest::*;
+
+    pub fn blocking_get(url: &str) -> std::result::Result<u16, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            ::reqwest::get(url)
+                .await
+                .map(|r| r.status().as_u16())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
