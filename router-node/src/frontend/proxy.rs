@@ -144,7 +144,7 @@ pub(crate) async fn forward(
     }
 }
 
-async fn upstream_status(
+pub(super) async fn upstream_status(
     worker: WorkerId,
     status: reqwest::StatusCode,
     response: reqwest::Response,
