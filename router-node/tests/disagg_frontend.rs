@@ -44,6 +44,7 @@ const DECODE_ID: u64 = 11;
 
 struct Fleet {
     node: Node,
+    profile: &'static str,
     bus: Arc<dyn Bus>,
     directory: HashMap<WorkerId, String>,
     workers: Vec<SimWorker>,
@@ -61,11 +62,15 @@ struct Frontend {
 }
 
 async fn fleet() -> Fleet {
+    fleet_with(PROFILE).await
+}
+
+async fn fleet_with(profile: &'static str) -> Fleet {
     let mut config = NodeConfig::new(
         CLUSTER,
         RouterId(uuid::Uuid::from_u128(7)),
         Topology::Disaggregated,
-        PolicyProfile::from_toml_str(PROFILE).unwrap(),
+        PolicyProfile::from_toml_str(profile).unwrap(),
     );
     config.peer_sync = PeerSyncConfig {
         snapshot_window: 50 * MS,
@@ -77,6 +82,7 @@ async fn fleet() -> Fleet {
     let node = Node::start(config, Arc::clone(&bus)).await.unwrap();
     Fleet {
         node,
+        profile,
         bus,
         directory: HashMap::new(),
         workers: Vec::new(),
@@ -146,7 +152,7 @@ impl Fleet {
         let state = AppState::new(
             prefill.clone(),
             Arc::new(StaticDirectory(self.directory.clone())),
-            PolicyProfile::from_toml_str(PROFILE).unwrap(),
+            PolicyProfile::from_toml_str(self.profile).unwrap(),
             Limits::default(),
             ready_rx,
         )
@@ -505,4 +511,60 @@ async fn a_client_that_disconnects_during_the_prefill_leg_releases_both_pools() 
     let _ = request.await;
     fe.assert_idle().await;
     assert_eq!(fe.load(DECODE_ID).await["requests"], 0, "no decode leg");
+}
+
+/// Router-wide: a decode rank is over when more than 10 % of its KV is booked.
+const OVERLOAD_PROFILE: &str = r#"
+default_class = "interactive"
+[reject_thresholds]
+decode_blocks_frac = 0.1
+[[classes]]
+name = "interactive"
+slo_ms = 20000
+quantum = 100
+prefill_busy_threshold = 100000
+decode_busy_threshold_frac = 0.9
+"#;
+
+#[tokio::test]
+async fn a_decode_leg_refused_by_the_reject_thresholds_releases_both_pools() {
+    let mut fleet = fleet_with(OVERLOAD_PROFILE).await;
+    fleet.sim(PREFILL_ID, Role::Prefill, 16_384, 20.0).await;
+    fleet.sim(DECODE_ID, Role::Decode, 64, 0.5).await;
+    let fe = fleet.frontend().await;
+    // The first request books 24 of 64 decode blocks for a while: the rank is over.
+    let first = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(10, 20), "max_tokens": 60}));
+    let first = tokio::spawn(async move { call_status(first).await });
+    let decode = fe.decode.clone();
+    eventually("the decode rank is over its reject threshold", || async {
+        ledger(&decode).await.ranks[0].over_reject_threshold
+    })
+    .await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(11, 2), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let err = error_of(response).await;
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(err["reason"], "all_workers_overloaded", "{err}");
+    assert_eq!(err["stage"], "admission", "{err}");
+    assert!(!first.is_finished());
+    let d = ledger(&fe.decode).await;
+    assert_eq!((d.bookings, d.reservations), (1, 0), "{d:?}");
+    // The prefill gate admitted it; its staged decode leg was the one refused.
+    let stats = fe.prefill.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted, 2, "{stats:?}");
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(
+        (stats.admitted_upstream, stats.rejected),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(first.await.unwrap(), 200);
+    fe.assert_idle().await;
 }
