@@ -420,6 +420,28 @@ async fn a_failing_prefill_worker_is_a_502_and_releases_both_pools() {
 }
 
 #[tokio::test]
+async fn a_prefill_worker_refusing_the_request_passes_its_4xx_on_and_releases_both_pools() {
+    let refusing = spawn_faulty_worker(1, MS, Fault::Status(400)).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &refusing.url)
+        .await;
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(12, 2)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "prefill_status", "{err}");
+    assert_eq!(err["type"], "invalid_request_error", "{err}");
+    fe.assert_idle().await;
+}
+
+#[tokio::test]
 async fn a_prefill_answer_without_transfer_params_is_a_502_and_releases_both_pools() {
     // This stand-in streams SSE whatever it is asked: no JSON, no `kv_transfer_params`.
     let confused = spawn_faulty_worker(1, MS, Fault::None).await;

@@ -22,7 +22,8 @@
 //! prefill booking and the decode reservation; dropping it (a failed prefill leg, a refused
 //! decode leg, a client that went away) releases the booking and `unreserve`s the request on
 //! the decode router. A failing prefill worker, or an answer without usable
-//! `kv_transfer_params`, is a 502.
+//! `kv_transfer_params`, is a 502 (a 4xx from the prefill worker is the engine refusing
+//! the client's request and is passed on, as on the aggregated path).
 //!
 //! Not done here: KV staged on a prefill worker whose decode leg never starts is left to
 //! the worker's staging timeout (vLLM has no call to drop it).
@@ -222,10 +223,9 @@ async fn prefill_leg(
     })?;
     let status = response.status();
     if !status.is_success() {
+        // As on the aggregated path: a 4xx is the engine refusing the client's request
+        // (passed on), anything else a failed leg (502).
         let mut err = upstream_status(worker, status, response).await;
-        // A prefill worker that refuses is a failed leg (502), not the client's error.
-        err.status = axum::http::StatusCode::BAD_GATEWAY;
-        err.kind = "upstream_error";
         err.reason = "prefill_status";
         return Err(err);
     }
