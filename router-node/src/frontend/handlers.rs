@@ -112,6 +112,17 @@ async fn admit_and_forward(
     let request = ParsedRequest::parse(endpoint, &bytes)?;
     drop(bytes);
     let tokens = tokenize(request.prompt.clone()).await;
+    if let Some(decode) = &state.decode {
+        let d = super::disagg::Disagg {
+            request,
+            tokens,
+            requested,
+            class,
+            headers,
+            permit,
+        };
+        return super::disagg::admit_and_forward(state, decode, d).await;
+    }
     let id = RequestId(uuid::Uuid::now_v7());
     let mut route = RouteRequest::new(id, Phase::Aggregated, Prompt::Tokens(tokens), Timestamp(0));
     route.class = requested;

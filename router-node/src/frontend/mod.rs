@@ -9,9 +9,13 @@
 //! [`proxy::BookingGuard`] owned by the response releases the booking however the request
 //! ends. Every error is a JSON body built in `error`; `metrics` serves Prometheus text.
 //!
+//! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
+//! decode leg instead (`disagg`).
+//!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
-//! `proxy.rs`, `error.rs`, `metrics.rs`.
+//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs`.
 
+mod disagg;
 mod error;
 mod handlers;
 mod metrics;
@@ -101,7 +105,10 @@ impl Limits {
 /// Everything a handler needs. Cheap to clone (handles and `Arc`s).
 #[derive(Clone)]
 pub struct AppState {
+    /// The pool's router; with `decode` set, the prefill pool's (the admission gate).
     pub router: RouterHandle,
+    /// The paired decode pool: requests then run a prefill and a decode leg (`disagg`).
+    pub decode: Option<RouterHandle>,
     pub directory: Arc<dyn WorkerDirectory>,
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
@@ -137,6 +144,7 @@ impl AppState {
         Ok(Self {
             permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
+            decode: None,
             directory,
             http: limits.http_client()?,
             metrics: Arc::new(Metrics::new()),
@@ -145,6 +153,13 @@ impl AppState {
             models: Arc::from(Vec::new()),
             ready,
         })
+    }
+
+    /// Runs every request disaggregated: `router` is the prefill pool's, `decode` the
+    /// paired decode pool's (the directory must know both pools' workers).
+    pub fn with_decode(mut self, decode: RouterHandle) -> Self {
+        self.decode = Some(decode);
+        self
     }
 
     /// Sets the model list served by `GET /v1/models`.

@@ -183,7 +183,7 @@ async fn forward_leg(
     }
 }
 
-async fn upstream_status(
+pub(super) async fn upstream_status(
     worker: WorkerId,
     status: reqwest::StatusCode,
     response: reqwest::Response,

@@ -1,0 +1,592 @@
+//! The frontend in front of a disaggregated fleet: a node's prefill and decode RouterActors
+//! (`router_actors::Node` on a `LocalBus`), simulated workers announcing themselves in the
+//! prefill and decode pools, and real HTTP. Every request runs a prefill leg and a decode leg
+//! under one id; every test ends with both ledgers idle and no reservation left.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use futures::StreamExt;
+use router_actors::bus::Bus;
+use router_actors::bus::local::LocalBus;
+use router_actors::wire::{Subjects, WorkerAnnounce};
+use router_actors::{Node, NodeConfig, PeerSyncConfig, RouterHandle, Topology, WorkerLink};
+use router_core::ledger::LedgerSnapshot;
+use router_core::{PolicyProfile, PoolRole, RouterId, WorkerId, WorkerSpec};
+use router_node::engine::Role;
+use router_node::frontend::{AppState, Limits, StaticDirectory, serve};
+use router_node::worker::{SimConfig, SimWorker};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use support::{Fault, error_of, spawn_faulty_worker};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+const MS: Duration = Duration::from_millis(1);
+const CLUSTER: &str = "switchyard";
+
+/// One class; a decode rank has room while booked + reserved + need ≤ half its KV.
+const PROFILE: &str = r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 20000
+quantum = 100
+prefill_busy_threshold = 100000
+decode_busy_threshold_frac = 0.5
+"#;
+
+const PREFILL_ID: u64 = 1;
+const DECODE_ID: u64 = 11;
+
+struct Fleet {
+    node: Node,
+    profile: &'static str,
+    bus: Arc<dyn Bus>,
+    directory: HashMap<WorkerId, String>,
+    workers: Vec<SimWorker>,
+    links: Vec<WorkerLink>,
+}
+
+struct Frontend {
+    url: String,
+    state: AppState,
+    prefill: RouterHandle,
+    decode: RouterHandle,
+    http: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+    _fleet: Fleet,
+}
+
+async fn fleet() -> Fleet {
+    fleet_with(PROFILE).await
+}
+
+async fn fleet_with(profile: &'static str) -> Fleet {
+    let mut config = NodeConfig::new(
+        CLUSTER,
+        RouterId(uuid::Uuid::from_u128(7)),
+        Topology::Disaggregated,
+        PolicyProfile::from_toml_str(profile).unwrap(),
+    );
+    config.peer_sync = PeerSyncConfig {
+        snapshot_window: 50 * MS,
+        snapshot_timeout: 100 * MS,
+        ..PeerSyncConfig::default()
+    };
+    config.recheck_every = 100 * MS;
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let node = Node::start(config, Arc::clone(&bus)).await.unwrap();
+    Fleet {
+        node,
+        profile,
+        bus,
+        directory: HashMap::new(),
+        workers: Vec::new(),
+        links: Vec::new(),
+    }
+}
+
+impl Fleet {
+    /// A simulated worker announcing itself in its role's pool.
+    async fn sim(&mut self, id: u64, role: Role, total_kv_blocks: usize, speedup: f64) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cfg = SimConfig {
+            worker_id: WorkerId(id),
+            role,
+            total_kv_blocks,
+            speedup,
+            heartbeat: 100 * MS,
+            cluster: CLUSTER.to_owned(),
+            ..SimConfig::default()
+        };
+        let worker = SimWorker::start(listener, Arc::clone(&self.bus), cfg)
+            .await
+            .unwrap();
+        self.directory
+            .insert(WorkerId(id), worker.endpoint().to_owned());
+        self.workers.push(worker);
+    }
+
+    /// A worker announced at `endpoint` without a simulated engine behind it.
+    async fn announce(&mut self, id: u64, pool: PoolRole, endpoint: &str) {
+        let announce = WorkerAnnounce {
+            spec: WorkerSpec::new(id, 1, 16_384, 8192),
+            pool,
+            endpoint: endpoint.to_owned(),
+            heartbeat_ms: 0,
+            lease_ms: 5_000,
+        };
+        let link = WorkerLink::start(
+            Arc::clone(&self.bus),
+            &Subjects::new(CLUSTER),
+            announce,
+            100 * MS,
+        )
+        .await
+        .unwrap();
+        self.directory.insert(WorkerId(id), endpoint.to_owned());
+        self.links.push(link);
+    }
+
+    /// The frontend over the node's two pools, once the node admits and both pools know
+    /// their worker.
+    async fn frontend(self) -> Frontend {
+        let mut ready = self.node.ready();
+        tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+            .await
+            .expect("node ready in time")
+            .unwrap();
+        let prefill = self.node.router(PoolRole::Prefill).unwrap().clone();
+        let decode = self.node.router(PoolRole::Decode).unwrap().clone();
+        for router in [&prefill, &decode] {
+            eventually("both pools know their worker", || async {
+                !ledger(router).await.ranks.is_empty()
+            })
+            .await;
+        }
+        let (_ready_tx, ready_rx) = watch::channel(true);
+        let state = AppState::new(
+            prefill.clone(),
+            Arc::new(StaticDirectory(self.directory.clone())),
+            PolicyProfile::from_toml_str(self.profile).unwrap(),
+            Limits::default(),
+            ready_rx,
+        )
+        .unwrap()
+        .with_decode(decode.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(serve(listener, state.clone(), async {
+            let _ = stopped.await;
+        }));
+        Frontend {
+            url,
+            state,
+            prefill,
+            decode,
+            http: reqwest::Client::new(),
+            _stop: stop,
+            _fleet: self,
+        }
+    }
+}
+
+async fn ledger(router: &RouterHandle) -> LedgerSnapshot {
+    router.observe().await.unwrap().scheduler.ledger
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+    panic!("never happened: {what}");
+}
+
+impl Frontend {
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{}", self.url, path))
+    }
+
+    /// Waits (bounded) until both ledgers are idle (no booking, no reservation, no load)
+    /// and nothing is in flight. (The prefill scheduler's `inflight_reservations` are not
+    /// held load: it forgets them lazily, at its next room query.)
+    async fn assert_idle(&self) {
+        for _ in 0..300 {
+            let p = self.prefill.observe().await.unwrap().scheduler;
+            let d = self.decode.observe().await.unwrap().scheduler;
+            if p.ledger.is_idle() && d.ledger.is_idle() && self.state.metrics.inflight() == 0 {
+                return;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+        let p = self.prefill.observe().await.unwrap().scheduler;
+        let d = self.decode.observe().await.unwrap().scheduler;
+        panic!(
+            "not idle: prefill {:?}, decode {:?}, inflight {}",
+            p.ledger,
+            d.ledger,
+            self.state.metrics.inflight()
+        );
+    }
+
+    /// A worker's `/load`.
+    async fn load(&self, id: u64) -> Value {
+        let base = &self._fleet.directory[&WorkerId(id)];
+        self.http
+            .get(format!("{base}/load"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+/// `blocks` full blocks of token ids, distinct per `seed`.
+fn prompt(seed: u32, blocks: u32) -> Vec<u32> {
+    (0..blocks * 16).map(|t| seed * 100_000 + t).collect()
+}
+
+/// A prefill and a decode simulated worker behind the frontend.
+async fn sim_fleet(decode_kv: usize, prefill_speedup: f64, decode_speedup: f64) -> Frontend {
+    let mut fleet = fleet().await;
+    fleet
+        .sim(PREFILL_ID, Role::Prefill, 16_384, prefill_speedup)
+        .await;
+    fleet
+        .sim(DECODE_ID, Role::Decode, decode_kv, decode_speedup)
+        .await;
+    fleet.frontend().await
+}
+
+#[tokio::test]
+async fn completions_run_a_prefill_and_a_decode_leg_streaming_or_not() {
+    let fe = sim_fleet(16_384, 20.0, 20.0).await;
+
+    let body: Value = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(1, 4), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
+    assert_eq!(body["usage"]["prompt_tokens"], 64, "{body}");
+
+    let response = fe
+        .post("/v1/chat/completions")
+        .json(
+            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi there"}],
+                      "max_tokens": 3, "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "streamed"
+    );
+    let text = response.text().await.unwrap();
+    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    fe.assert_idle().await;
+
+    // The prefill worker computed both prompts and handed both KVs over; the decode worker
+    // pulled them and computed no prompt token itself.
+    let prefill = fe.load(PREFILL_ID).await;
+    assert_eq!(prefill["pulled"], 2, "{prefill}");
+    assert_eq!(prefill["staged"], 0, "{prefill}");
+    assert!(
+        prefill["prefill_tokens"].as_u64().unwrap() >= 64,
+        "{prefill}"
+    );
+    let decode = fe.load(DECODE_ID).await;
+    assert_eq!(decode["prefill_tokens"], 0, "{decode}");
+    assert_eq!(decode["pull_failures"], 0, "{decode}");
+    assert_eq!(decode["output_tokens"], 8, "{decode}");
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted_upstream, 2, "{stats:?}");
+}
+
+#[tokio::test]
+async fn the_decode_reservation_is_taken_at_prefill_admission_and_converted_by_the_decode_booking()
+{
+    // A slow prefill (~0.4 s) and a slow decode (~0.5 s) so each phase can be observed.
+    let fe = sim_fleet(16_384, 0.05, 0.5).await;
+    let call = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(2, 20), "max_tokens": 40}));
+    let request = tokio::spawn(async move { call.send().await.unwrap().status().as_u16() });
+
+    // Prefill leg: booked on the prefill pool, decode room reserved, nothing booked there.
+    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
+    eventually("the reservation during the prefill leg", || async {
+        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
+        p.bookings == 1 && d.reservations == 1 && d.bookings == 0
+    })
+    .await;
+    let d = ledger(&decode).await;
+    // 20 prompt blocks and 3 output blocks (40 tokens of 16).
+    assert!(d.ranks[0].reserved_blocks >= 22, "{d:?}");
+    assert_eq!(d.ranks[0].decode_blocks, 0, "{d:?}");
+
+    // Decode leg: the booking took the reservation over; the prefill booking is gone.
+    eventually("the decode booking converted the reservation", || async {
+        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
+        p.bookings == 0 && d.bookings == 1 && d.reservations == 0
+    })
+    .await;
+    let d = ledger(&decode).await;
+    assert_eq!(d.ranks[0].reserved_blocks, 0, "{d:?}");
+    assert!(d.ranks[0].decode_blocks >= 20, "{d:?}");
+
+    assert_eq!(request.await.unwrap(), 200);
+    fe.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_class_whose_decode_room_is_full_waits_at_the_prefill_gate() {
+    // 64 decode blocks: the class may commit 32; each request needs 20 + 4.
+    let fe = sim_fleet(64, 20.0, 0.5).await;
+    let first = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(3, 20), "max_tokens": 60}));
+    let first = tokio::spawn(async move { call_status(first).await });
+    let decode = fe.decode.clone();
+    eventually("the first request holds decode room", || async {
+        let d = ledger(&decode).await;
+        d.bookings + d.reservations == 1
+    })
+    .await;
+
+    let second = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(4, 20), "max_tokens": 60}));
+    let second = tokio::spawn(async move { call_status(second).await });
+    let prefill = fe.prefill.clone();
+    eventually("the second request waits at the prefill gate", || async {
+        prefill.observe().await.unwrap().waiting_replies == 1
+    })
+    .await;
+    assert!(!second.is_finished());
+    assert!(!first.is_finished(), "the first must still hold its room");
+    assert_eq!(
+        ledger(&fe.decode).await.bookings + ledger(&fe.decode).await.reservations,
+        1,
+        "never two requests on the decode pool"
+    );
+
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(second.await.unwrap(), 200);
+    let stats = fe.prefill.observe().await.unwrap().scheduler.stats;
+    assert!(stats.queued >= 1, "{stats:?}");
+    assert_eq!(stats.admitted, 2, "{stats:?}");
+    fe.assert_idle().await;
+}
+
+async fn call_status(call: reqwest::RequestBuilder) -> u16 {
+    call.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn a_failing_prefill_worker_is_a_502_and_releases_both_pools() {
+    let failing = spawn_faulty_worker(1, MS, Fault::Status(500)).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &failing.url)
+        .await;
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(5, 4), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "prefill_status", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("engine says no"),
+        "{err}"
+    );
+    fe.assert_idle().await;
+    // The prefill worker was asked for one token and a remote decode.
+    let seen = failing.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body["max_tokens"], 1);
+    assert_eq!(seen[0].body["stream"], false);
+    assert_eq!(seen[0].body["kv_transfer_params"]["do_remote_decode"], true);
+    // The decode worker never saw the request.
+    assert_eq!(fe.load(DECODE_ID).await["requests"], 0);
+}
+
+#[tokio::test]
+async fn a_prefill_worker_refusing_the_request_passes_its_4xx_on_and_releases_both_pools() {
+    let refusing = spawn_faulty_worker(1, MS, Fault::Status(400)).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &refusing.url)
+        .await;
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(12, 2)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "prefill_status", "{err}");
+    assert_eq!(err["type"], "invalid_request_error", "{err}");
+    fe.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_prefill_answer_without_transfer_params_is_a_502_and_releases_both_pools() {
+    // This stand-in streams SSE whatever it is asked: no JSON, no `kv_transfer_params`.
+    let confused = spawn_faulty_worker(1, MS, Fault::None).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &confused.url)
+        .await;
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
+    let fe = fleet.frontend().await;
+    for stream in [false, true] {
+        let response = fe
+            .post("/v1/completions")
+            .json(&json!({"model": "sim", "prompt": prompt(6, 2), "stream": stream}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 502);
+        assert_eq!(error_of(response).await["reason"], "prefill_bad_params");
+        fe.assert_idle().await;
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_decode_worker_is_an_error_and_releases_both_pools() {
+    let mut fleet = fleet().await;
+    fleet.sim(PREFILL_ID, Role::Prefill, 16_384, 20.0).await;
+    // Nothing listens on port 1.
+    fleet
+        .announce(DECODE_ID, PoolRole::Decode, "http://127.0.0.1:1")
+        .await;
+    let fe = fleet.frontend().await;
+    for stream in [false, true] {
+        let response = fe
+            .post("/v1/completions")
+            .json(
+                &json!({"model": "sim", "prompt": prompt(7, 4), "max_tokens": 5,
+                          "stream": stream}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 502);
+        assert_eq!(error_of(response).await["reason"], "upstream_connect");
+        fe.assert_idle().await;
+    }
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted_upstream, 2, "the decode legs were booked");
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_releases_both_pools() {
+    // A slow decode: 200 tokens take seconds.
+    let fe = sim_fleet(16_384, 20.0, 0.2).await;
+    let response = fe
+        .post("/v1/completions")
+        .json(
+            &json!({"model": "sim", "prompt": prompt(8, 4), "max_tokens": 200,
+                      "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    let d = ledger(&fe.decode).await;
+    assert_eq!((d.bookings, d.reservations), (1, 0), "{d:?}");
+    assert_eq!(ledger(&fe.prefill).await.bookings, 0);
+    drop(body);
+    fe.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_during_the_prefill_leg_releases_both_pools() {
+    // A very slow prefill (~1 s for 20 blocks).
+    let fe = sim_fleet(16_384, 0.02, 20.0).await;
+    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
+    let call = fe
+        .post("/v1/completions")
+        .timeout(Duration::from_secs(3))
+        .json(&json!({"model": "sim", "prompt": prompt(9, 20), "max_tokens": 5}));
+    let request = tokio::spawn(async move { call.send().await });
+    eventually("the prefill leg is under way", || async {
+        ledger(&prefill).await.bookings == 1 && ledger(&decode).await.reservations == 1
+    })
+    .await;
+    request.abort();
+    let _ = request.await;
+    fe.assert_idle().await;
+    assert_eq!(fe.load(DECODE_ID).await["requests"], 0, "no decode leg");
+}
+
+/// Router-wide: a decode rank is over when more than 10 % of its KV is booked.
+const OVERLOAD_PROFILE: &str = r#"
+default_class = "interactive"
+[reject_thresholds]
+decode_blocks_frac = 0.1
+[[classes]]
+name = "interactive"
+slo_ms = 20000
+quantum = 100
+prefill_busy_threshold = 100000
+decode_busy_threshold_frac = 0.9
+"#;
+
+#[tokio::test]
+async fn a_decode_leg_refused_by_the_reject_thresholds_releases_both_pools() {
+    let mut fleet = fleet_with(OVERLOAD_PROFILE).await;
+    fleet.sim(PREFILL_ID, Role::Prefill, 16_384, 20.0).await;
+    fleet.sim(DECODE_ID, Role::Decode, 64, 0.5).await;
+    let fe = fleet.frontend().await;
+    // The first request books 24 of 64 decode blocks for a while: the rank is over.
+    let first = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(10, 20), "max_tokens": 60}));
+    let first = tokio::spawn(async move { call_status(first).await });
+    let decode = fe.decode.clone();
+    eventually("the decode rank is over its reject threshold", || async {
+        ledger(&decode).await.ranks[0].over_reject_threshold
+    })
+    .await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(11, 2), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let err = error_of(response).await;
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(err["reason"], "all_workers_overloaded", "{err}");
+    assert_eq!(err["stage"], "admission", "{err}");
+    assert!(!first.is_finished());
+    let d = ledger(&fe.decode).await;
+    assert_eq!((d.bookings, d.reservations), (1, 0), "{d:?}");
+    // The prefill gate admitted it; its staged decode leg was the one refused.
+    let stats = fe.prefill.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted, 2, "{stats:?}");
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(
+        (stats.admitted_upstream, stats.rejected),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(first.await.unwrap(), 200);
+    fe.assert_idle().await;
+}
