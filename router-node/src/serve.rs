@@ -45,11 +45,6 @@ pub enum ServeError {
     },
     #[error("starting the node: {0}")]
     Node(#[from] NodeError),
-    #[error(
-        "node.topology = \"disaggregated\": the HTTP frontend serves one pool and its \
-         prefill → decode path is not wired yet; use \"aggregated\""
-    )]
-    Unsupported,
     #[error("the node has no {0:?} pool")]
     NoPool(PoolRole),
     #[error("building the upstream HTTP client: {0}")]
@@ -64,9 +59,7 @@ impl ServeError {
     /// 2 for a configuration the node cannot use, 1 for a failure while running.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            ServeError::Config(_) | ServeError::Telemetry(_) | ServeError::Unsupported => {
-                ExitCode::from(2)
-            }
+            ServeError::Config(_) | ServeError::Telemetry(_) => ExitCode::from(2),
             _ => ExitCode::from(1),
         }
     }
@@ -116,9 +109,6 @@ pub async fn serve_with_bus(
     bus: Arc<dyn Bus>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    if config.node.topology == TopologyKind::Disaggregated {
-        return Err(ServeError::Unsupported);
-    }
     let profile = config.policy_profile()?;
     let node_config = config.node_config(profile.clone());
     let router_id = node_config.router_id;
@@ -136,10 +126,24 @@ async fn serve_node(
     profile: router_core::PolicyProfile,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let router = node
-        .router(PoolRole::Aggregated)
-        .ok_or(ServeError::NoPool(PoolRole::Aggregated))?
-        .clone();
+    // Disaggregated: the prefill router is the admission gate and the decode router books the
+    // staged decode legs.
+    let disaggregated = config.node.topology == TopologyKind::Disaggregated;
+    let gate = if disaggregated {
+        PoolRole::Prefill
+    } else {
+        PoolRole::Aggregated
+    };
+    let router = node.router(gate).ok_or(ServeError::NoPool(gate))?.clone();
+    let decode = if disaggregated {
+        Some(
+            node.router(PoolRole::Decode)
+                .ok_or(ServeError::NoPool(PoolRole::Decode))?
+                .clone(),
+        )
+    } else {
+        None
+    };
     let (ready_tx, ready_rx) = watch::channel(false);
     let (draining_tx, draining_rx) = watch::channel(false);
     let follow = tokio::spawn(follow_readiness(node.ready(), draining_rx, ready_tx));
@@ -152,6 +156,10 @@ async fn serve_node(
     )
     .map_err(|e| ServeError::Client(e.to_string()))?
     .with_models(config.http.models.iter().cloned());
+    let state = match decode {
+        Some(decode) => state.with_decode(decode),
+        None => state,
+    };
     let local = listener.local_addr().map_err(ServeError::Http)?;
     tracing::info!(
         listen = %local,
@@ -289,9 +297,6 @@ async fn follow_readiness(
 /// Binds `http.listen`, connects the bus and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), ServeError> {
     // Configuration problems first, before any connection is made.
-    if config.node.topology == TopologyKind::Disaggregated {
-        return Err(ServeError::Unsupported);
-    }
     config.policy_profile()?;
     let bus = connect_bus(&config).await?;
     let listener = TcpListener::bind(&config.http.listen)
