@@ -21,5 +21,10 @@ echo "== nats-server for the NATS bus tests (scripts/install-nats.sh)"
 NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
+echo "== the openai Python client for the client tests (scripts/install-pytools.sh)"
+./scripts/install-pytools.sh
+SWITCHYARD_PYTHON="$PWD/.tools/py/bin/python"
+export SWITCHYARD_PYTHON
+
 echo "== cargo test"
 cargo test --workspace --locked
