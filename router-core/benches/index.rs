@@ -473,15 +473,14 @@ fn profile_loop(trace: &[Vec<u64>], spec: &str) {
     let mut final_ix = fresh_index(workers);
     wl.apply_events(&mut final_ix);
     let start = Instant::now();
-    let mut rounds = 0usize;
-    let mut busy = Duration::ZERO;
+    let mut rounds = Vec::new();
     while start.elapsed().as_secs_f64() < secs {
         match phase {
             "events" => {
                 let mut ix = fresh_index(workers);
                 let t = Instant::now();
                 wl.apply_events(&mut ix);
-                busy += t.elapsed();
+                rounds.push(t.elapsed().as_secs_f64());
             }
             "lookups" => {
                 let reader = final_ix.reader();
@@ -489,21 +488,24 @@ fn profile_loop(trace: &[Vec<u64>], spec: &str) {
                 for s in &wl.seqs {
                     black_box(reader.find_matches(s));
                 }
-                busy += t.elapsed();
+                rounds.push(t.elapsed().as_secs_f64());
             }
             _ => {
                 let mut ix = fresh_index(workers);
                 let reader = ix.reader();
                 let t = Instant::now();
                 wl.replay(&mut ix, &reader);
-                busy += t.elapsed();
+                rounds.push(t.elapsed().as_secs_f64());
             }
         }
-        rounds += 1;
     }
+    let n = rounds.len();
+    let per_round = Spread::of(rounds);
     println!(
-        "profile {phase}:{workers}: {rounds} rounds, {:.3} ms per round",
-        busy.as_secs_f64() * 1e3 / rounds as f64
+        "profile {phase}:{workers}: {n} rounds, {:.3} ms per round (median; min {:.3}, max {:.3})",
+        per_round.median * 1e3,
+        per_round.min * 1e3,
+        per_round.max * 1e3
     );
 }
 

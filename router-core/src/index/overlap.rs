@@ -116,16 +116,34 @@ pub(crate) fn match_prefix<'a, E: 'a>(
     let Some((&first, rest)) = hashes.split_first() else {
         return OverlapScores::default();
     };
+    let first_holders = holders(first);
+    // One live holder of the first block (the common case): no merge, no `active` list.
+    let mut live_ranks = first_holders.iter().filter_map(&live);
+    let Some(only) = live_ranks.next() else {
+        return OverlapScores::default();
+    };
+    if live_ranks.next().is_none() {
+        let depth = 1 + single_rank_depth(rest, only, &mut holders, &live);
+        return OverlapScores {
+            scores: vec![(only, depth)],
+        };
+    }
     // Every rank holding the first block gets an entry (already in rank order); `active`
     // indexes the ones still matching, and a rank's depth is final once it drops out.
-    let mut scores: Vec<(RankId, u32)> = holders(first)
+    let mut scores: Vec<(RankId, u32)> = first_holders
         .iter()
         .filter_map(&live)
         .map(|r| (r, 1))
         .collect();
     let mut active: Vec<usize> = (0..scores.len()).collect();
     let mut depth = 1u32;
-    for &h in rest {
+    for (i, &h) in rest.iter().enumerate() {
+        if let [slot] = active[..] {
+            // One rank left: finish its walk without the merge.
+            scores[slot].1 =
+                depth + single_rank_depth(&rest[i..], scores[slot].0, &mut holders, &live);
+            return OverlapScores { scores };
+        }
         if active.is_empty() {
             break;
         }
@@ -153,6 +171,32 @@ pub(crate) fn match_prefix<'a, E: 'a>(
         scores[slot].1 = depth;
     }
     OverlapScores { scores }
+}
+
+/// Whether `rank` is a live entry of `entries` (sorted by rank).
+fn contains_live<E>(entries: &[E], rank: RankId, live: &impl Fn(&E) -> Option<RankId>) -> bool {
+    match entries {
+        [] => false,
+        [e] => live(e) == Some(rank),
+        _ => entries.iter().any(|e| live(e) == Some(rank)),
+    }
+}
+
+/// How many of `hashes`, from the first, `rank` holds without a hole.
+fn single_rank_depth<'a, E: 'a>(
+    hashes: &[SequenceHash],
+    rank: RankId,
+    holders: &mut impl FnMut(SequenceHash) -> &'a [E],
+    live: &impl Fn(&E) -> Option<RankId>,
+) -> u32 {
+    let mut depth = 0u32;
+    for &h in hashes {
+        if !contains_live(holders(h), rank, live) {
+            break;
+        }
+        depth += 1;
+    }
+    depth
 }
 
 #[cfg(test)]
