@@ -130,11 +130,8 @@ pub(crate) fn match_prefix<'a, E: 'a>(
     }
     // Every rank holding the first block gets an entry (already in rank order); `active`
     // indexes the ones still matching, and a rank's depth is final once it drops out.
-    let mut scores: Vec<(RankId, u32)> = first_holders
-        .iter()
-        .filter_map(&live)
-        .map(|r| (r, 1))
-        .collect();
+    let mut scores: Vec<(RankId, u32)> = Vec::with_capacity(first_holders.len());
+    scores.extend(first_holders.iter().filter_map(&live).map(|r| (r, 1)));
     let mut active: Vec<usize> = (0..scores.len()).collect();
     let mut depth = 1u32;
     for (i, &h) in rest.iter().enumerate() {
