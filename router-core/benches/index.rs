@@ -8,9 +8,12 @@
 //! replays that op stream (events applied + lookups) against a fresh index:
 //!
 //! - criterion: `replay/<W>w` = the mixed stream, throughput in ops (events + lookups) per second;
-//! - printed report: mixed ops/s, events-only and lookups-only rates, find_matches latency
-//!   percentiles (hdrhistogram), and lookup latency on a reader thread while a writer thread
-//!   applies the event stream as fast as it can, against the same reader alone.
+//! - printed report, per fleet (8 and 64 workers): the mixed, events-only and lookups-only
+//!   rates as median [min-max] of several runs, each in two units: whole ops (one event, however
+//!   many blocks it carries, or one lookup) and block-ops (one block stored, removed or looked
+//!   up; a lookup counts all its request's blocks); find_matches latency percentiles
+//!   (hdrhistogram) during the mixed replay; and lookup latency on a reader thread while a writer
+//!   thread applies the event stream as fast as it can, against the same reader alone.
 //!
 //! Run: `cargo bench -p router-core --bench index` (append `-- none` for the printed report
 //! alone, without criterion). `INDEX_BENCH_PROFILE=<events|lookups|mixed>:<workers>` repeats one
