@@ -8,11 +8,16 @@
 //! replays that op stream (events applied + lookups) against a fresh index:
 //!
 //! - criterion: `replay/<W>w` = the mixed stream, throughput in ops (events + lookups) per second;
-//! - printed report: mixed ops/s, events-only and lookups-only rates, find_matches latency
-//!   percentiles (hdrhistogram), and lookup latency on a reader thread while a writer thread
-//!   applies the event stream as fast as it can, against the same reader alone.
+//! - printed report, per fleet (8 and 64 workers): the mixed, events-only and lookups-only
+//!   rates as median [min-max] of several runs, each in two units: whole ops (one event, however
+//!   many blocks it carries, or one lookup) and block-ops (one block stored, removed or looked
+//!   up; a lookup counts all its request's blocks); find_matches latency percentiles
+//!   (hdrhistogram) during the mixed replay; and lookup latency on a reader thread while a writer
+//!   thread applies the event stream as fast as it can, against the same reader alone.
 //!
-//! Run: `cargo bench -p router-core --bench index`.
+//! Run: `cargo bench -p router-core --bench index` (append `-- none` for the printed report
+//! alone, without criterion). `INDEX_BENCH_PROFILE=<events|lookups|mixed>:<workers>` repeats one
+//! phase for `INDEX_BENCH_SECS` (5) seconds for a profiler and skips everything else.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
@@ -243,14 +248,48 @@ fn fmt_hist(h: &Histogram<u64>) -> String {
     )
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// Median, min and max of a set of rates.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Self {
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// The same spread scaled (e.g. ops/s to block-ops/s).
+    fn scaled(&self, k: f64) -> Self {
+        Self {
+            median: self.median * k,
+            min: self.min * k,
+            max: self.max * k,
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2} M/s [{:.2}-{:.2}]",
+            self.median / 1e6,
+            self.min / 1e6,
+            self.max / 1e6
+        )
+    }
 }
 
 /// Mixed, events-only and lookups-only rates, and per-lookup latency during a mixed replay.
 fn single_thread_report(wl: &Workload) {
-    const RUNS: usize = 7;
+    const RUNS: usize = 9;
     let mut mixed = Vec::new();
     let mut evs = Vec::new();
     let mut looks = Vec::new();
@@ -260,6 +299,7 @@ fn single_thread_report(wl: &Workload) {
         let t = Instant::now();
         wl.replay(&mut ix, &reader);
         mixed.push(wl.ops() as f64 / t.elapsed().as_secs_f64());
+        drop((ix, reader));
 
         let mut ix = fresh_index(wl.workers);
         let t = Instant::now();
@@ -322,21 +362,27 @@ fn single_thread_report(wl: &Workload) {
         stats.blocks,
         stats.rank_blocks
     );
-    let mixed = median(mixed);
     let probed: usize = wl.seqs.iter().map(Vec::len).sum();
-    let block_ops = wl.stored_blocks + wl.removed_blocks + probed;
+    let event_blocks = wl.stored_blocks + wl.removed_blocks;
+    let block_ops = event_blocks + probed;
+    let (mixed, evs, looks) = (Spread::of(mixed), Spread::of(evs), Spread::of(looks));
     println!(
-        "  mixed replay (median of {RUNS}): {:.2} M ops/s (events + lookups)",
-        mixed / 1e6
+        "  (rates: median [min-max] of {RUNS} runs; one op = one whole event or one lookup; one block-op = one block stored, removed or looked up)"
     );
     println!(
-        "  the same in block operations (blocks stored + removed + request blocks looked up): {:.2} M block-ops/s",
-        mixed * block_ops as f64 / wl.ops() as f64 / 1e6
+        "  mixed replay:   {} ops (events + lookups) = {} block-ops",
+        mixed,
+        mixed.scaled(block_ops as f64 / wl.ops() as f64)
     );
-    println!("  events only: {:.2} M events/s", median(evs) / 1e6);
     println!(
-        "  lookups only (final state): {:.2} M lookups/s",
-        median(looks) / 1e6
+        "  events only:    {} events = {} block-ops",
+        evs,
+        evs.scaled(event_blocks as f64 / wl.events as f64)
+    );
+    println!(
+        "  lookups only (final state): {} lookups = {} block-ops (request blocks)",
+        looks,
+        looks.scaled(probed as f64 / wl.lookups as f64)
     );
     println!(
         "  reference index (single-threaded, naive lookup), one run: {:.2} M events/s, {:.2} M lookups/s",
@@ -417,6 +463,55 @@ fn concurrent_report(wl: &Workload) {
     );
 }
 
+/// `INDEX_BENCH_PROFILE=<events|lookups|mixed>:<workers>`: repeats one phase for about five
+/// seconds and skips the rest, for a profiler (`perf record`, `valgrind --tool=callgrind`).
+fn profile_loop(trace: &[Vec<u64>], spec: &str) {
+    let (phase, workers) = spec.split_once(':').unwrap_or((spec, "8"));
+    let workers: u64 = workers.parse().unwrap_or(8);
+    let secs: f64 = std::env::var("INDEX_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let wl = Workload::build(trace, workers);
+    let mut final_ix = fresh_index(workers);
+    wl.apply_events(&mut final_ix);
+    let start = Instant::now();
+    let mut rounds = Vec::new();
+    while start.elapsed().as_secs_f64() < secs {
+        match phase {
+            "events" => {
+                let mut ix = fresh_index(workers);
+                let t = Instant::now();
+                wl.apply_events(&mut ix);
+                rounds.push(t.elapsed().as_secs_f64());
+            }
+            "lookups" => {
+                let reader = final_ix.reader();
+                let t = Instant::now();
+                for s in &wl.seqs {
+                    black_box(reader.find_matches(s));
+                }
+                rounds.push(t.elapsed().as_secs_f64());
+            }
+            _ => {
+                let mut ix = fresh_index(workers);
+                let reader = ix.reader();
+                let t = Instant::now();
+                wl.replay(&mut ix, &reader);
+                rounds.push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let n = rounds.len();
+    let per_round = Spread::of(rounds);
+    println!(
+        "profile {phase}:{workers}: {n} rounds, {:.3} ms per round (median; min {:.3}, max {:.3})",
+        per_round.median * 1e3,
+        per_round.min * 1e3,
+        per_round.max * 1e3
+    );
+}
+
 fn bench_index(c: &mut Criterion) {
     let Some(path) = trace_path() else {
         eprintln!(
@@ -431,6 +526,10 @@ fn bench_index(c: &mut Criterion) {
             "index bench skipped: {} holds no parsable lines",
             path.display()
         );
+        return;
+    }
+    if let Ok(spec) = std::env::var("INDEX_BENCH_PROFILE") {
+        profile_loop(&trace, &spec);
         return;
     }
     let workloads: Vec<Workload> = FLEETS.iter().map(|&w| Workload::build(&trace, w)).collect();

@@ -218,7 +218,13 @@ fn remove_blocks(
             status = EventStatus::BlockNotFound;
             continue;
         };
-        match state.extra_ids.get_mut(&seq) {
+        // `extra_ids` is nearly always empty: skip hashing into it then.
+        let extra = if state.extra_ids.is_empty() {
+            None
+        } else {
+            state.extra_ids.get_mut(&seq)
+        };
+        match extra {
             Some(1) => {
                 state.extra_ids.remove(&seq);
             }

@@ -55,52 +55,86 @@ impl OverlapScores {
     }
 }
 
-/// The set of ranks holding one block, sorted. One holder (the common case) needs no
-/// allocation of its own.
+/// The set of ranks holding one block, sorted. One or two holders (nearly every block) need
+/// no allocation of their own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RankSet {
     One(RankId),
+    Two([RankId; 2]),
+    /// Three or more.
     Many(Box<[RankId]>),
 }
 
 impl RankSet {
+    /// The set of exactly these ranks (sorted, distinct, not empty).
+    fn of(sorted: &[RankId]) -> RankSet {
+        match *sorted {
+            [one] => RankSet::One(one),
+            [a, b] => RankSet::Two([a, b]),
+            _ => RankSet::Many(sorted.into()),
+        }
+    }
+
     pub(crate) fn as_slice(&self) -> &[RankId] {
         match self {
             RankSet::One(r) => std::slice::from_ref(r),
+            RankSet::Two(rs) => rs,
             RankSet::Many(rs) => rs,
         }
     }
 
     pub(crate) fn contains(&self, rank: RankId) -> bool {
-        self.as_slice().binary_search(&rank).is_ok()
+        match self {
+            RankSet::One(r) => *r == rank,
+            RankSet::Two([a, b]) => *a == rank || *b == rank,
+            RankSet::Many(rs) => rs.binary_search(&rank).is_ok(),
+        }
     }
 
     /// This set plus `rank`.
     pub(crate) fn with(&self, rank: RankId) -> RankSet {
-        let s = self.as_slice();
-        match s.binary_search(&rank) {
-            Ok(_) => self.clone(),
-            Err(at) => {
-                let mut v = Vec::with_capacity(s.len() + 1);
-                v.extend_from_slice(&s[..at]);
-                v.push(rank);
-                v.extend_from_slice(&s[at..]);
-                RankSet::Many(v.into_boxed_slice())
+        match *self {
+            RankSet::One(r) if r < rank => RankSet::Two([r, rank]),
+            RankSet::One(r) if r > rank => RankSet::Two([rank, r]),
+            RankSet::One(_) => self.clone(),
+            _ => {
+                let s = self.as_slice();
+                match s.binary_search(&rank) {
+                    Ok(_) => self.clone(),
+                    Err(at) => {
+                        let mut v = Vec::with_capacity(s.len() + 1);
+                        v.extend_from_slice(&s[..at]);
+                        v.push(rank);
+                        v.extend_from_slice(&s[at..]);
+                        RankSet::Many(v.into_boxed_slice())
+                    }
+                }
             }
         }
     }
 
     /// This set minus `rank`; `None` when nothing is left.
     pub(crate) fn without(&self, rank: RankId) -> Option<RankSet> {
-        let s = self.as_slice();
-        match s.binary_search(&rank) {
-            Err(_) => Some(self.clone()),
-            Ok(_) if s.len() == 1 => None,
-            Ok(at) if s.len() == 2 => Some(RankSet::One(s[1 - at])),
-            Ok(at) => {
-                let v: Vec<RankId> = s[..at].iter().chain(&s[at + 1..]).copied().collect();
-                Some(RankSet::Many(v.into_boxed_slice()))
-            }
+        match *self {
+            RankSet::One(r) if r == rank => None,
+            RankSet::Two([a, b]) if a == rank => Some(RankSet::One(b)),
+            RankSet::Two([a, b]) if b == rank => Some(RankSet::One(a)),
+            RankSet::Many(ref rs) => match rs.binary_search(&rank) {
+                Err(_) => Some(self.clone()),
+                Ok(at) if rs.len() == 3 => {
+                    let mut two = [rs[0], rs[1]];
+                    if at < 2 {
+                        two[at] = rs[2];
+                        two.sort_unstable();
+                    }
+                    Some(RankSet::Two(two))
+                }
+                Ok(at) => {
+                    let v: Vec<RankId> = rs[..at].iter().chain(&rs[at + 1..]).copied().collect();
+                    Some(RankSet::of(&v))
+                }
+            },
+            _ => Some(self.clone()),
         }
     }
 }
@@ -116,16 +150,31 @@ pub(crate) fn match_prefix<'a, E: 'a>(
     let Some((&first, rest)) = hashes.split_first() else {
         return OverlapScores::default();
     };
+    let first_holders = holders(first);
+    // One live holder of the first block (the common case): no merge, no `active` list.
+    let mut live_ranks = first_holders.iter().filter_map(&live);
+    let Some(only) = live_ranks.next() else {
+        return OverlapScores::default();
+    };
+    if live_ranks.next().is_none() {
+        let depth = 1 + single_rank_depth(rest, only, &mut holders, &live);
+        return OverlapScores {
+            scores: vec![(only, depth)],
+        };
+    }
     // Every rank holding the first block gets an entry (already in rank order); `active`
     // indexes the ones still matching, and a rank's depth is final once it drops out.
-    let mut scores: Vec<(RankId, u32)> = holders(first)
-        .iter()
-        .filter_map(&live)
-        .map(|r| (r, 1))
-        .collect();
+    let mut scores: Vec<(RankId, u32)> = Vec::with_capacity(first_holders.len());
+    scores.extend(first_holders.iter().filter_map(&live).map(|r| (r, 1)));
     let mut active: Vec<usize> = (0..scores.len()).collect();
     let mut depth = 1u32;
-    for &h in rest {
+    for (i, &h) in rest.iter().enumerate() {
+        if let [slot] = active[..] {
+            // One rank left: finish its walk without the merge.
+            scores[slot].1 =
+                depth + single_rank_depth(&rest[i..], scores[slot].0, &mut holders, &live);
+            return OverlapScores { scores };
+        }
         if active.is_empty() {
             break;
         }
@@ -155,6 +204,32 @@ pub(crate) fn match_prefix<'a, E: 'a>(
     OverlapScores { scores }
 }
 
+/// Whether `rank` is a live entry of `entries` (sorted by rank).
+fn contains_live<E>(entries: &[E], rank: RankId, live: &impl Fn(&E) -> Option<RankId>) -> bool {
+    match entries {
+        [] => false,
+        [e] => live(e) == Some(rank),
+        _ => entries.iter().any(|e| live(e) == Some(rank)),
+    }
+}
+
+/// How many of `hashes`, from the first, `rank` holds without a hole.
+fn single_rank_depth<'a, E: 'a>(
+    hashes: &[SequenceHash],
+    rank: RankId,
+    holders: &mut impl FnMut(SequenceHash) -> &'a [E],
+    live: &impl Fn(&E) -> Option<RankId>,
+) -> u32 {
+    let mut depth = 0u32;
+    for &h in hashes {
+        if !contains_live(holders(h), rank, live) {
+            break;
+        }
+        depth += 1;
+    }
+    depth
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,8 +243,18 @@ mod tests {
     fn rank_sets_stay_sorted_and_shrink_back_to_one() {
         let s = RankSet::One(r(5)).with(r(1)).with(r(9)).with(r(5));
         assert_eq!(s.as_slice(), &[r(1), r(5), r(9)]);
+        let four = s.with(r(7));
+        assert_eq!(four.as_slice(), &[r(1), r(5), r(7), r(9)]);
+        assert_eq!(four.without(r(7)), Some(s.clone()));
+        for (gone, left) in [(1, [5, 9]), (5, [1, 9]), (9, [1, 5])] {
+            assert_eq!(s.without(r(gone)), Some(RankSet::Two(left.map(r))));
+            assert!(!s.without(r(gone)).is_some_and(|t| t.contains(r(gone))));
+        }
+        assert_eq!(RankSet::One(r(5)).with(r(1)), RankSet::Two([r(1), r(5)]));
+        assert_eq!(RankSet::One(r(5)).with(r(9)), RankSet::Two([r(5), r(9)]));
         let s = s.without(r(5)).and_then(|s| s.without(r(1)));
         assert_eq!(s, Some(RankSet::One(r(9))));
+        assert_eq!(s.clone().map(|s| s.without(r(4))), Some(s.clone()));
         assert_eq!(RankSet::One(r(9)).without(r(9)), None);
         assert_eq!(RankSet::One(r(9)).without(r(3)), Some(RankSet::One(r(9))));
     }
