@@ -194,14 +194,14 @@ impl SseTail {
             let data = data.trim_start();
             if data == "[DONE]" {
                 self.done = true;
-            } else if data.contains("\"error\"") || data.contains("\"usage\"") {
-                if let Ok(event) = serde_json::from_str::<Value>(data) {
-                    if event.get("error").is_some_and(|e| !e.is_null()) {
-                        self.error = true;
-                    }
-                    if let Some(n) = event["usage"]["prompt_tokens"].as_u64() {
-                        self.prompt_tokens = Some(n);
-                    }
+            } else if (data.contains("\"error\"") || data.contains("\"usage\""))
+                && let Ok(event) = serde_json::from_str::<Value>(data)
+            {
+                if event.get("error").is_some_and(|e| !e.is_null()) {
+                    self.error = true;
+                }
+                if let Some(n) = event["usage"]["prompt_tokens"].as_u64() {
+                    self.prompt_tokens = Some(n);
                 }
             }
         }
