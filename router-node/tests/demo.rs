@@ -1,6 +1,7 @@
-//! End-to-end tests of the `router-node` binary: the demo finishes in both modes with every
-//! request admitted or rejected exactly once and idle ledgers, a seed gives identical
-//! JSON, and bad command lines exit non-zero with a message instead of panicking.
+//! End-to-end tests of the `router-node` binary: the offline demo (`demo --offline`, simulated
+//! time) finishes in both modes with every request admitted or rejected exactly once and
+//! idle ledgers, a seed gives identical JSON, and bad command lines exit non-zero with a
+//! message instead of panicking. The HTTP demo is tested in `demo_http.rs`.
 
 use std::process::{Command, Output};
 
@@ -14,7 +15,7 @@ fn router_node(args: &[&str]) -> Output {
 }
 
 fn demo_json(extra: &[&str]) -> (Value, String) {
-    let mut args = vec!["demo", "--json"];
+    let mut args = vec!["demo", "--offline", "--json"];
     args.extend_from_slice(extra);
     let out = router_node(&args);
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
@@ -67,7 +68,7 @@ fn assert_accounted(report: &Value, requests: u64) {
 
 #[test]
 fn aggregated_demo_accounts_for_every_request_and_ends_idle() {
-    let (report, _) = demo_json(&[]);
+    let (report, _) = demo_json(&["--requests", "2000"]);
     assert_eq!(report["mode"], "aggregated");
     assert_accounted(&report, 2000);
     // The default workload overloads the fleet: requests queue and some are shed at their
@@ -131,7 +132,7 @@ fn a_seed_gives_identical_json_and_another_seed_differs() {
 
 #[test]
 fn the_table_ends_with_the_idle_line() {
-    let out = router_node(&["demo", "--requests", "300"]);
+    let out = router_node(&["demo", "--offline", "--requests", "300"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert!(text.contains("interactive"), "{text}");

@@ -1,10 +1,14 @@
-//! `router-node demo`: the embedded default, for now at the core level.
+//! `router-node demo`: the embedded default.
 //!
-//! Runs the real router-core admission schedulers over a simulated fleet in simulated
-//! time: a deterministic discrete-event simulation (no clock, no sleeps, no network) of a
-//! seeded two-class workload against engines with a simple timing model, then prints what
-//! happened per class as a table or JSON. It needs nothing installed. The HTTP frontend
-//! and the simulated engines on an in-process bus come later.
+//! - `http/`: the default. A router node behind the real OpenAI HTTP frontend, simulated
+//!   engines (`worker --sim`) on an in-process bus, the built-in workload sent by real
+//!   streaming HTTP clients, a summary; then it keeps serving (or stops with `--once`).
+//! - `--offline`: the real router-core admission schedulers over a simulated fleet in
+//!   simulated time: a deterministic discrete-event simulation (no clock, no sleeps, no
+//!   network) of the same seeded two-class workload against engines with a simple timing
+//!   model, then what happened per class as a table or JSON.
+//!
+//! Both need nothing installed.
 //!
 //! - `workload.rs`: the built-in policy profile and the seeded workload.
 //! - `engine.rs`: the engine timing model, prefill lanes and prefix caches.
@@ -13,6 +17,7 @@
 //! - `render.rs`: the report as a table.
 
 mod engine;
+pub mod http;
 mod render;
 mod report;
 mod sim;

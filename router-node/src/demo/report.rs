@@ -233,7 +233,7 @@ impl Recorder {
     }
 }
 
-fn round(v: f64, digits: i32) -> f64 {
+pub(crate) fn round(v: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (v * p).round() / p
 }
@@ -246,7 +246,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Self {
+    pub(crate) fn of(h: &Histogram<u64>) -> Self {
         let at = |q: f64| (!h.is_empty()).then(|| round(h.value_at_quantile(q) as f64 / 1e3, 1));
         Self {
             p50: at(0.5),

@@ -13,6 +13,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use router_core::policy::PolicyFile;
 use router_core::{PolicyError, PolicyProfile};
 
 /// Tokens per KV block, as the engines announce it.
@@ -44,6 +45,23 @@ pub fn profile() -> Result<PolicyProfile, PolicyError> {
     PolicyProfile::from_toml_str(PROFILE_TOML)
 }
 
+/// The built-in profile for a run whose clock goes `speedup` times faster than the
+/// engines' modelled time (the HTTP demo's engines divide every duration by it): each
+/// class's SLO is divided too, so queueing and shedding happen where they would unscaled.
+pub fn profile_scaled(speedup: f64) -> Result<PolicyProfile, PolicyError> {
+    let mut file: PolicyFile =
+        toml::from_str(PROFILE_TOML).map_err(|e| PolicyError::Parse(e.to_string()))?;
+    let speedup = if speedup.is_finite() && speedup >= 1.0 {
+        speedup
+    } else {
+        1.0
+    };
+    for class in &mut file.classes {
+        class.slo_ms = ((class.slo_ms as f64 / speedup).round() as u64).max(1);
+    }
+    PolicyProfile::from_file(file)
+}
+
 /// Shared system prompts: their lengths in blocks (32-128 blocks, 512-2048 tokens).
 const PREFIX_BLOCKS: [u64; 4] = [32, 64, 96, 128];
 const INTERACTIVE_SHARE: f64 = 0.3;
@@ -59,6 +77,10 @@ pub struct Spec {
     pub arrival_us: u64,
     /// Class name as a client would send it in `x-policy-class`.
     pub class: &'static str,
+    /// Which shared system prompt the prompt starts with.
+    pub prefix: usize,
+    /// Its length in tokens.
+    pub prefix_tokens: u64,
     pub prompt_tokens: u64,
     pub output_tokens: u64,
     /// Chained hashes of the prompt's full blocks.
@@ -106,6 +128,8 @@ pub fn generate(n: u32, workers: u32, seed: u64) -> Vec<Spec> {
         out.push(Spec {
             arrival_us: t_us as u64,
             class,
+            prefix,
+            prefix_tokens: PREFIX_BLOCKS[prefix] * BLOCK_TOKENS,
             prompt_tokens,
             output_tokens,
             block_hashes,
@@ -133,7 +157,7 @@ fn chain(prefix: usize, prefix_blocks: u64, request: u32, blocks: u64) -> Vec<u6
 }
 
 /// splitmix64's finaliser: a fast, well-spread 64-bit mix.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

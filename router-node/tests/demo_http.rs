@@ -1,0 +1,198 @@
+//! End-to-end tests of `router-node demo` over HTTP (the default): the real binary starts a
+//! node and simulated engines in one process, sends the built-in workload through its own
+//! OpenAI endpoint and prints a summary that accounts for every request exactly once, with
+//! an idle ledger afterwards; without `--once` it keeps serving until SIGTERM; bad command
+//! lines and `--disagg` (not available over HTTP yet) exit 2 with a message.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn router_node(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(args)
+        .output()
+        .expect("the router-node binary runs")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("an unsigned integer: {v}"))
+}
+
+#[test]
+fn the_http_demo_accounts_for_every_request_and_ends_idle() {
+    let out = router_node(&[
+        "demo",
+        "--once",
+        "--listen",
+        "127.0.0.1:0",
+        "--requests",
+        "60",
+        "--workers",
+        "2",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("the summary is JSON");
+    assert_eq!(report["requests"], 60);
+    assert_eq!(report["workers"], 2);
+    assert_eq!(report["ledgers_idle"], true, "{report}");
+    assert_eq!(report["every_request_accounted"], true, "{report}");
+    let classes = report["classes"].as_array().expect("classes");
+    let names: Vec<&str> = classes.iter().filter_map(|c| c["class"].as_str()).collect();
+    assert_eq!(names, ["interactive", "batch"]);
+    let mut requests = 0;
+    for c in classes {
+        let (admitted, rejected) = (u(&c["admitted"]), u(&c["rejected"]));
+        assert_eq!(admitted + rejected, u(&c["requests"]), "{c}");
+        let by_reason: u64 = c["rejected_by_reason"]
+            .as_object()
+            .expect("reasons")
+            .values()
+            .map(u)
+            .sum();
+        assert_eq!(by_reason, rejected, "{c}");
+        assert!(u(&c["completed"]) <= admitted);
+        if admitted > 0 {
+            assert!(c["ttft_ms"]["p50"].as_f64().is_some(), "{c}");
+            assert!(c["e2e_ms"]["p99"].as_f64().is_some(), "{c}");
+        }
+        requests += u(&c["requests"]);
+    }
+    assert_eq!(requests, 60);
+    let totals = &report["totals"];
+    assert_eq!(u(&totals["admitted"]) + u(&totals["rejected"]), 60);
+    assert!(u(&totals["admitted"]) > 0, "{report}");
+    // The router admitted what the clients saw admitted; shared system prompts were reused.
+    assert_eq!(
+        u(&report["router_stats"]["admitted"]),
+        u(&totals["admitted"])
+    );
+    assert!(report["prefix_cache"]["hit_pct"].as_f64().expect("hit") > 0.0);
+}
+
+/// Without `--once` the summary table is followed by the URL, and the node keeps serving
+/// until SIGTERM, then exits 0.
+#[test]
+fn without_once_the_node_keeps_serving_until_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--requests",
+            "12",
+            "--workers",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the router-node binary runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let url = loop {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = child.kill();
+            panic!("no serving line; output so far:\n{}", seen.join("\n"));
+        };
+        if let Some(rest) = line.split("serving the OpenAI API at ").nth(1) {
+            let url = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            seen.push(line);
+            break url;
+        }
+        seen.push(line);
+    };
+    assert!(seen.iter().any(|l| l == "ledgers idle: yes"), "{seen:?}");
+
+    let addr = url.trim_start_matches("http://");
+    let body = r#"{"model":"sim","prompt":"hello there","max_tokens":4,"stream":true}"#;
+    let mut conn = TcpStream::connect(addr).expect("the node still listens");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\n\
+         x-policy-class: batch\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request sent");
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the demo did not stop after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn disagg_over_http_is_not_available_yet_and_exits_2() {
+    let out = router_node(&["demo", "--disagg", "--once", "--listen", "127.0.0.1:0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not available yet"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_demo_command_lines_exit_2_with_a_message() {
+    for args in [
+        &["demo", "--listen", "nowhere"][..],
+        &["demo", "--listen", "127.0.0.1:99999"][..],
+        &["demo", "--offline", "--listen", "127.0.0.1:0"][..],
+        &["demo", "--requests", "0"][..],
+        &["demo", "--once=yes"][..],
+    ] {
+        let out = router_node(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_listen_address_in_use_exits_1_with_a_message() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = router_node(&["demo", "--once", "--listen", &addr]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot bind"), "{err}");
+}
