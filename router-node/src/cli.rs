@@ -150,16 +150,8 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     if args.offline {
         return run_offline_demo(args);
     }
-    if args.disagg {
-        // The frontend serves one pool; its prefill → decode path has not landed on this
-        // branch (`AppState` has no decode router), so there is nothing real to show.
-        eprintln!(
-            "router-node demo --disagg: not available yet over HTTP (the frontend's \
-             prefill → decode path has not landed); try `router-node demo --offline --disagg`"
-        );
-        return ExitCode::from(2);
-    }
     demo::http::main(&demo::http::HttpOptions {
+        disagg: args.disagg,
         workers: args.workers,
         requests: args.requests,
         seed: args.seed,

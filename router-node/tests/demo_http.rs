@@ -2,7 +2,7 @@
 //! node and simulated engines in one process, sends the built-in workload through its own
 //! OpenAI endpoint and prints a summary that accounts for every request exactly once, with
 //! an idle ledger afterwards; without `--once` it keeps serving until SIGTERM; bad command
-//! lines and `--disagg` (not available over HTTP yet) exit 2 with a message.
+//! lines exit 2 with a message; `--disagg` runs a prefill and a decode pool.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -162,12 +162,30 @@ fn without_once_the_node_keeps_serving_until_sigterm() {
 }
 
 #[test]
-fn disagg_over_http_is_not_available_yet_and_exits_2() {
-    let out = router_node(&["demo", "--disagg", "--once", "--listen", "127.0.0.1:0"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not available yet"), "{err}");
-    assert!(out.stdout.is_empty());
+fn the_disaggregated_http_demo_accounts_for_every_request_and_ends_idle() {
+    let out = router_node(&[
+        "demo",
+        "--disagg",
+        "--once",
+        "--listen",
+        "127.0.0.1:0",
+        "--requests",
+        "40",
+        "--workers",
+        "1",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("the summary is JSON");
+    // One prefill and one decode engine.
+    assert_eq!(report["workers"], 2);
+    assert_eq!(report["ledgers_idle"], true, "{report}");
+    assert_eq!(report["every_request_accounted"], true, "{report}");
+    let totals = &report["totals"];
+    assert_eq!(u(&totals["admitted"]) + u(&totals["rejected"]), 40);
+    assert!(u(&totals["admitted"]) > 0, "{report}");
 }
 
 #[test]

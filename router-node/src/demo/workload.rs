@@ -27,7 +27,7 @@ default_class = "interactive"
 
 [[classes]]
 name = "interactive"
-slo_ms = 2000
+slo_ms = 5000
 quantum = 512
 prefill_busy_threshold_frac = 2.0
 decode_busy_threshold_frac = 0.9

@@ -26,7 +26,8 @@ use router_actors::Node;
 use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_core::{PoolRole, WorkerId};
-use router_node::config::{BusKind, Config};
+use router_node::config::{BusKind, Config, TopologyKind};
+use router_node::engine::Role;
 use router_node::frontend::{self, AppState};
 use router_node::serve::{RegistryDirectory, shutdown_signal};
 use router_node::worker::{SimConfig, SimWorker};
@@ -53,6 +54,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// What `router-node demo` (HTTP) was asked for.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
+    /// A prefill pool and a decode pool of `workers` engines each.
+    pub disagg: bool,
     pub workers: u32,
     pub requests: u32,
     pub seed: u64,
@@ -123,8 +126,19 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
     let cluster = format!("demo-{}", uuid::Uuid::new_v4().simple());
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
 
-    let mut workers = Vec::with_capacity(opts.workers as usize);
-    for i in 0..opts.workers {
+    let engines = if opts.disagg {
+        opts.workers * 2
+    } else {
+        opts.workers
+    };
+    let mut workers = Vec::with_capacity(engines as usize);
+    for i in 0..engines {
+        // Disaggregated: the first half prefill, the second half decode.
+        let role = match (opts.disagg, i < opts.workers) {
+            (false, _) => Role::Agg,
+            (true, true) => Role::Prefill,
+            (true, false) => Role::Decode,
+        };
         let worker_listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| format!("binding a worker on 127.0.0.1:0: {e}"))?;
@@ -133,6 +147,7 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
             total_kv_blocks: KV_BLOCKS,
             max_num_batched_tokens: MAX_BATCHED_TOKENS,
             speedup: SPEEDUP,
+            role,
             model: load::MODEL.to_owned(),
             cluster: cluster.clone(),
             heartbeat: Duration::from_millis(100),
@@ -145,14 +160,20 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         workers.push(worker);
     }
 
-    let config = node_config(&cluster, local)?;
+    let config = node_config(&cluster, local, opts.disagg)?;
     let node = Node::start(config.node_config(profile.clone()), bus)
         .await
         .map_err(|e| format!("starting the node: {e}"))?;
+    let gate = if opts.disagg {
+        PoolRole::Prefill
+    } else {
+        PoolRole::Aggregated
+    };
     let router = node
-        .router(PoolRole::Aggregated)
-        .ok_or("the node has no aggregated pool")?
+        .router(gate)
+        .ok_or("the node has no admitting pool")?
         .clone();
+    let decode = node.router(PoolRole::Decode).cloned();
     let state = AppState::new(
         router,
         Arc::new(RegistryDirectory(node.registry().clone())),
@@ -162,6 +183,10 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
     )
     .map_err(|e| format!("building the frontend's HTTP client: {e}"))?
     .with_models([load::MODEL.to_owned()]);
+    let state = match decode {
+        Some(decode) => state.with_decode(decode),
+        None => state,
+    };
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(frontend::serve(listener, state, async {
         let _ = stopped.await;
@@ -218,8 +243,11 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
 }
 
 /// The node's configuration: the in-process bus, `local` as its address, fast timers.
-fn node_config(cluster: &str, local: SocketAddr) -> Result<Config, String> {
+fn node_config(cluster: &str, local: SocketAddr, disagg: bool) -> Result<Config, String> {
     let mut config = Config::default();
+    if disagg {
+        config.node.topology = TopologyKind::Disaggregated;
+    }
     config.node.cluster = cluster.to_owned();
     config.bus.kind = BusKind::InProcess;
     config.http.listen = local.to_string();
@@ -242,7 +270,12 @@ async fn drive(
     url: &str,
     class_names: &[String],
 ) -> Result<HttpReport, String> {
-    wait_ready(fleet, opts.workers).await?;
+    let engines = if opts.disagg {
+        opts.workers * 2
+    } else {
+        opts.workers
+    };
+    wait_ready(fleet, engines).await?;
     // The frontend and the engines tokenize every prompt: build the tokenizer first so the
     // first requests do not wait for it.
     frontend::warm_tokenizer().await;
@@ -260,7 +293,11 @@ async fn drive(
     let started = Instant::now();
     let finished = load::run(url, specs, SPEEDUP).await?;
     let wall = started.elapsed();
-    let (idle, state) = wait_idle(&client, url).await?;
+    let (mut idle, state) = wait_idle(&client, url).await?;
+    // `/debug/state` shows the admitting pool; a decode pool must end idle too.
+    if let Some(decode) = fleet.node.router(PoolRole::Decode) {
+        idle &= decode_idle(decode).await;
+    }
     let mut computed_tokens = 0;
     for worker in &fleet.workers {
         if let Some(engine) = worker.engine()
@@ -274,7 +311,7 @@ async fn drive(
         &finished,
         RunFacts {
             url: url.to_owned(),
-            workers: opts.workers,
+            workers: engines,
             requests: opts.requests,
             seed: opts.seed,
             speedup: SPEEDUP,
@@ -306,6 +343,22 @@ async fn wait_ready(fleet: &Fleet, workers: u32) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Polls the decode router until its ledger is idle (or the timeout).
+async fn decode_idle(decode: &router_actors::RouterHandle) -> bool {
+    let deadline = Instant::now() + IDLE_TIMEOUT;
+    while Instant::now() < deadline {
+        if decode
+            .observe()
+            .await
+            .is_ok_and(|s| s.scheduler.ledger.is_idle())
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
 }
 
 /// Polls `/debug/state` until the router's ledger and queue are empty (or the timeout);
