@@ -180,6 +180,7 @@ fn the_disaggregated_http_demo_accounts_for_every_request_and_ends_idle() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).expect("the summary is JSON");
     // One prefill and one decode engine.
+    assert_eq!(report["mode"], "disaggregated");
     assert_eq!(report["workers"], 2);
     assert_eq!(report["ledgers_idle"], true, "{report}");
     assert_eq!(report["every_request_accounted"], true, "{report}");

@@ -426,6 +426,12 @@ impl RouterState {
     /// After every message: publish the decode room if the ledger moved, and keep exactly
     /// one timer armed for the earliest deadline.
     pub(super) fn after_change(&mut self, myself: &ActorRef<RouterMsg>) {
+        if let Some(room) = self.room() {
+            let now = self.clock.now();
+            self.router
+                .scheduler_mut()
+                .forget_applied_reservations(room.as_ref(), now);
+        }
         if let Some(out) = &self.room_out {
             let ledger = self.router.ledger();
             if self.published_epoch != Some(ledger.epoch()) {

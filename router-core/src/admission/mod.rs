@@ -233,6 +233,13 @@ impl Scheduler {
         self.ledger.release(&key).is_some()
     }
 
+    /// Forgets own reservations that the paired decode view has applied (or that expired),
+    /// so the count of in-flight reservations is exact even while no gate pass runs.
+    pub fn forget_applied_reservations(&mut self, room: &dyn DecodeRoomView, now: Timestamp) {
+        let applied = room.applied_reserve_seq(self.config.owner);
+        self.inflight.unseen(applied, now);
+    }
+
     pub fn snapshot(&self) -> SchedulerSnapshot {
         SchedulerSnapshot {
             role: self.config.role,

@@ -310,6 +310,11 @@ async fn drive(
         class_names,
         &finished,
         RunFacts {
+            mode: if opts.disagg {
+                "disaggregated"
+            } else {
+                "aggregated"
+            },
             url: url.to_owned(),
             workers: engines,
             requests: opts.requests,

@@ -68,6 +68,8 @@ pub struct HttpReport {
 /// Run facts the clients do not measure.
 #[derive(Debug, Clone)]
 pub struct RunFacts {
+    /// "aggregated" or "disaggregated".
+    pub mode: &'static str,
     pub url: String,
     pub workers: u32,
     pub requests: u32,
@@ -197,7 +199,7 @@ impl HttpReport {
             )
         };
         Ok(Self {
-            mode: "aggregated",
+            mode: facts.mode,
             url: facts.url,
             workers: facts.workers,
             requests: facts.requests,
