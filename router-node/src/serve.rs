@@ -10,6 +10,7 @@
 
 use crate::config::{BusKind, Config, ConfigError, TopologyKind};
 use crate::frontend::{self, ApiError, AppState, WorkerDirectory};
+use crate::node_metrics::NodeSources;
 use crate::telemetry::{self, TelemetryError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -156,6 +157,12 @@ async fn serve_node(
     )
     .map_err(|e| ServeError::Client(e.to_string()))?
     .with_models(config.http.models.iter().cloned());
+    // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
+    // every clone of the metrics (booking guards) shares this one.
+    let state = AppState {
+        metrics: Arc::new(frontend::Metrics::new().with_node(NodeSources::from_node(node))),
+        ..state
+    };
     let state = match decode {
         Some(decode) => state.with_decode(decode),
         None => state,

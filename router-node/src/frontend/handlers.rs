@@ -158,7 +158,9 @@ async fn admit_and_forward(
             drop(admission_span);
             let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone())
                 .with_permit(permit);
-            state.metrics.admission_latency(class, started.elapsed());
+            state
+                .metrics
+                .admitted(class, started.elapsed(), admission.waited);
             forward(
                 state,
                 &request,
@@ -245,13 +247,15 @@ pub(super) async fn ready(State(state): State<AppState>) -> Response {
     }
 }
 
+/// The frontend's metrics and, with a node attached, its actors' state observed now (each
+/// actor within the scrape timeout; a silent one is counted, never an error answer).
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.render(),
+        state.metrics.scrape().await,
     )
         .into_response()
 }
