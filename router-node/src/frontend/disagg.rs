@@ -115,7 +115,9 @@ pub(super) async fn admit_and_forward(
         id,
         reserved: true,
     };
-    state.metrics.admission_latency(d.class, started.elapsed());
+    state
+        .metrics
+        .admitted(d.class, started.elapsed(), admission.waited);
     let params = prefill_leg(state, &d.request, admission.rank.worker, d.headers).await?;
     hold.staged();
 
