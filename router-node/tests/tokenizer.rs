@@ -269,6 +269,11 @@ fn bad_tokenizer_settings_are_config_errors_naming_the_key() {
             "tokenizer.path",
             "huggingface",
         ),
+        (
+            "[tokenizer]\nbos_token = \"<s>\"\n",
+            "tokenizer.bos_token",
+            "chat_template",
+        ),
     ];
     for (toml, key, mentions) in cases {
         let err = load(&dir, toml).unwrap_err();

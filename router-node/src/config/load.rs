@@ -265,6 +265,19 @@ impl Config {
             }
             _ => {}
         }
+        if tok.chat_template.is_none() {
+            for (key, value) in [
+                ("tokenizer.bos_token", &tok.bos_token),
+                ("tokenizer.eos_token", &tok.eos_token),
+            ] {
+                if value.is_some() {
+                    return Err(ConfigError::invalid(
+                        key,
+                        "is only used by tokenizer.chat_template, which is not set",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
