@@ -111,10 +111,11 @@ pub async fn serve_with_bus(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let profile = config.policy_profile()?;
+    let prompter = config.prompter()?;
     let node_config = config.node_config(profile.clone());
     let router_id = node_config.router_id;
     let node = Node::start(node_config, bus).await?;
-    let started = serve_node(&config, listener, &node, profile, shutdown).await;
+    let started = serve_node(&config, listener, &node, profile, prompter, shutdown).await;
     tracing::info!(%router_id, "stopping the node");
     node.shutdown().await;
     started
@@ -125,6 +126,7 @@ async fn serve_node(
     listener: TcpListener,
     node: &Node,
     profile: router_core::PolicyProfile,
+    prompter: frontend::Prompter,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     // Disaggregated: the prefill router is the admission gate and the decode router books the
@@ -156,7 +158,8 @@ async fn serve_node(
         ready_rx,
     )
     .map_err(|e| ServeError::Client(e.to_string()))?
-    .with_models(config.http.models.iter().cloned());
+    .with_models(config.http.models.iter().cloned())
+    .with_prompter(prompter);
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.
     let state = AppState {
@@ -172,12 +175,13 @@ async fn serve_node(
         listen = %local,
         cluster = %config.node.cluster,
         router_id = %node.config.router_id,
+        tokenizer = %state.prompter.tokenizer().describe(),
         "serving the OpenAI API",
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (cancel_tx, cancel_rx) = watch::channel(false);
+    tokio::spawn(state.prompter.clone().warm());
     let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(cancel_rx, cut_off));
-    tokio::spawn(frontend::warm_tokenizer());
     let serving = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
@@ -305,6 +309,7 @@ async fn follow_readiness(
 pub async fn run(config: Config) -> Result<(), ServeError> {
     // Configuration problems first, before any connection is made.
     config.policy_profile()?;
+    config.prompter()?;
     let bus = connect_bus(&config).await?;
     let listener = TcpListener::bind(&config.http.listen)
         .await

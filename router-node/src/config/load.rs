@@ -1,8 +1,8 @@
 //! Loading: defaults → file → environment, then validation; and conversion to what the
 //! node and the frontend take.
 
-use super::{Config, TopologyKind};
-use crate::frontend::Limits;
+use super::{Config, TokenizerKind, TopologyKind};
+use crate::frontend::{ChatTemplate, Limits, Prompter, Tokenizer};
 use router_actors::{NodeConfig, Topology};
 use router_core::{PolicyError, PolicyProfile, RouterId, SelectionConfig};
 use std::net::SocketAddr;
@@ -34,6 +34,14 @@ pub enum ConfigError {
     Invalid { key: String, reason: String },
     #[error("policy.path {path}: {source}")]
     Policy { path: PathBuf, source: PolicyError },
+    /// A tokenizer or chat template file that cannot be used; `key` is
+    /// `tokenizer.path` or `tokenizer.chat_template`.
+    #[error("{key} {path}: {message}")]
+    Tokenizer {
+        key: &'static str,
+        path: PathBuf,
+        message: String,
+    },
     #[error("cannot print the configuration: {0}")]
     Print(String),
 }
@@ -51,6 +59,7 @@ impl ConfigError {
         match self {
             Self::Invalid { key, .. } => Some(key),
             Self::Policy { .. } => Some("policy.path"),
+            Self::Tokenizer { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -101,13 +110,23 @@ impl Config {
         Ok(config)
     }
 
-    /// A relative `policy.path` is relative to the directory of the config file.
+    /// A relative `policy.path`, `tokenizer.path` or `tokenizer.chat_template` is relative
+    /// to the directory of the config file.
     fn resolve_relative_paths(&mut self, config_file: &Path) {
-        if let Some(policy) = &self.policy.path
-            && policy.is_relative()
-            && let Some(dir) = config_file.parent()
+        let Some(dir) = config_file.parent() else {
+            return;
+        };
+        for path in [
+            &mut self.policy.path,
+            &mut self.tokenizer.path,
+            &mut self.tokenizer.chat_template,
+        ]
+        .into_iter()
+        .flatten()
         {
-            self.policy.path = Some(dir.join(policy));
+            if path.is_relative() {
+                *path = dir.join(&*path);
+            }
         }
     }
 
@@ -230,6 +249,35 @@ impl Config {
                 "must not be empty",
             ));
         }
+        let tok = &self.tokenizer;
+        match (tok.kind, &tok.path) {
+            (TokenizerKind::HuggingFace, None) => {
+                return Err(ConfigError::invalid(
+                    "tokenizer.path",
+                    "is required with tokenizer.kind = \"huggingface\" (a tokenizer.json)",
+                ));
+            }
+            (TokenizerKind::Tiktoken, Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "tokenizer.path",
+                    "is only read with tokenizer.kind = \"huggingface\"; kind is \"tiktoken\"",
+                ));
+            }
+            _ => {}
+        }
+        if tok.chat_template.is_none() {
+            for (key, value) in [
+                ("tokenizer.bos_token", &tok.bos_token),
+                ("tokenizer.eos_token", &tok.eos_token),
+            ] {
+                if value.is_some() {
+                    return Err(ConfigError::invalid(
+                        key,
+                        "is only used by tokenizer.chat_template, which is not set",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -255,6 +303,40 @@ impl Config {
                 source,
             }),
         }
+    }
+
+    /// The configured tokenizer and chat rendering, files loaded. An error names
+    /// `tokenizer.path` or `tokenizer.chat_template` and the file.
+    pub fn prompter(&self) -> Result<Prompter, ConfigError> {
+        let tok = &self.tokenizer;
+        let tokenizer = match (tok.kind, &tok.path) {
+            (TokenizerKind::Tiktoken, _) => Tokenizer::Tiktoken(tok.encoding),
+            (TokenizerKind::HuggingFace, None) => {
+                return Err(ConfigError::invalid(
+                    "tokenizer.path",
+                    "is required with tokenizer.kind = \"huggingface\" (a tokenizer.json)",
+                ));
+            }
+            (TokenizerKind::HuggingFace, Some(path)) => {
+                Tokenizer::huggingface(path).map_err(|e| ConfigError::Tokenizer {
+                    key: "tokenizer.path",
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?
+            }
+        };
+        let chat_template = match &tok.chat_template {
+            None => None,
+            Some(path) => Some(
+                ChatTemplate::from_path(path, tok.bos_token.clone(), tok.eos_token.clone())
+                    .map_err(|e| ConfigError::Tokenizer {
+                        key: "tokenizer.chat_template",
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?,
+            ),
+        };
+        Ok(Prompter::new(tokenizer, chat_template))
     }
 
     /// The node's actor-tree configuration. The router id is `node.router_id`, or a fresh

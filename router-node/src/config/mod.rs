@@ -26,6 +26,7 @@ mod load;
 
 pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
 
+use crate::frontend::TiktokenEncoding;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -41,6 +42,7 @@ pub struct Config {
     pub peer_sync: PeerSyncSection,
     pub scheduler: SchedulerSection,
     pub telemetry: TelemetrySection,
+    pub tokenizer: TokenizerSection,
 }
 
 /// Aggregated workers (one pool), or a prefill pool and a decode pool.
@@ -152,6 +154,43 @@ pub struct PolicySection {
     /// config file's directory. Absent: the fallback profile (one class, never queues).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+}
+
+/// Which tokenizer counts and hashes prompts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenizerKind {
+    /// An encoding built into tiktoken-rs (`tokenizer.encoding`).
+    #[default]
+    Tiktoken,
+    /// A HuggingFace `tokenizer.json` (`tokenizer.path`).
+    HuggingFace,
+}
+
+/// `[tokenizer]`: how the router turns a prompt into the tokens it hashes and counts. The
+/// workers must tokenize the same way for the KV events to match. Token ids given in a
+/// request body are always used as they are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenizerSection {
+    pub kind: TokenizerKind,
+    /// With `kind = "tiktoken"`: `o200k_base`, `cl100k_base`, `r50k_base` or `p50k_base`.
+    pub encoding: TiktokenEncoding,
+    /// With `kind = "huggingface"` (required then): a `tokenizer.json`; a relative path is
+    /// relative to the config file's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// A Jinja chat template rendering chat `messages` (relative to the config file's
+    /// directory). Absent: the plain rendering, `"<role>: <content>\n"` per message, then
+    /// `"assistant:"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<PathBuf>,
+    /// `bos_token` in the chat template (undefined when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bos_token: Option<String>,
+    /// `eos_token` in the chat template (undefined when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eos_token: Option<String>,
 }
 
 /// `[selection]`: router-core's `SelectionConfig`.

@@ -8,7 +8,7 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::openai::{Endpoint, ParsedRequest, tokenize};
+use super::openai::Endpoint;
 use super::proxy::{BookingGuard, forward};
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -109,9 +109,9 @@ async fn admit_and_forward(
     permit: OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
-    let request = ParsedRequest::parse(endpoint, &bytes)?;
+    let request = state.prompter.parse(endpoint, &bytes)?;
     drop(bytes);
-    let tokens = tokenize(request.prompt.clone()).await;
+    let tokens = state.prompter.tokenize(request.prompt.clone()).await;
     if let Some(decode) = &state.decode {
         let d = super::disagg::Disagg {
             request,

@@ -13,20 +13,27 @@
 //! decode leg instead (`disagg`).
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
-//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs`.
+//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs`, `tokenizer.rs` (the [`Prompter`]:
+//! tokenizer and chat rendering), `chat_template.rs`.
 
+mod chat_template;
 mod disagg;
 mod error;
 mod handlers;
 mod metrics;
 mod openai;
 mod proxy;
+mod tokenizer;
 
+pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use metrics::Metrics;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use proxy::BookingGuard;
+pub use tokenizer::{
+    HuggingFaceTokenizer, Prompter, TiktokenEncoding, Tokenizer, TokenizerLoadError,
+};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -121,6 +128,8 @@ pub struct AppState {
     pub ready: watch::Receiver<bool>,
     /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
     pub permits: Arc<Semaphore>,
+    /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering).
+    pub prompter: Prompter,
 }
 
 impl std::fmt::Debug for AppState {
@@ -128,6 +137,7 @@ impl std::fmt::Debug for AppState {
         f.debug_struct("AppState")
             .field("limits", &self.limits)
             .field("models", &self.models)
+            .field("tokenizer", &self.prompter.tokenizer().describe())
             .finish_non_exhaustive()
     }
 }
@@ -152,6 +162,7 @@ impl AppState {
             profile: Arc::new(profile),
             models: Arc::from(Vec::new()),
             ready,
+            prompter: Prompter::default(),
         })
     }
 
@@ -159,6 +170,12 @@ impl AppState {
     /// paired decode pool's (the directory must know both pools' workers).
     pub fn with_decode(mut self, decode: RouterHandle) -> Self {
         self.decode = Some(decode);
+        self
+    }
+
+    /// Sets the tokenizer and chat rendering.
+    pub fn with_prompter(mut self, prompter: Prompter) -> Self {
+        self.prompter = prompter;
         self
     }
 
@@ -197,7 +214,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    tokio::spawn(openai::warm_tokenizer());
+    tokio::spawn(state.prompter.clone().warm());
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await

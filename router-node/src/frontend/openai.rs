@@ -8,11 +8,14 @@
 //! `max_tokens` (or `max_completion_tokens` for chat; a non-negative integer) and `stream`
 //! (bool). Every other field is forwarded to the worker untouched.
 //!
-//! Chat rendering (what the router hashes and counts, not what the worker sees): each
-//! message becomes `"<role>: <content>\n"`, followed by `"assistant:"`.
+//! Chat rendering (what the router hashes and counts, not what the worker sees): by default
+//! each message becomes `"<role>: <content>\n"`, followed by `"assistant:"`; with a
+//! configured chat template, the template's rendering (`chat_template`).
 //!
-//! Tokenization: tiktoken `o200k_base`, ordinary (special tokens are plain text). Token ids
-//! given in the body are used as they are.
+//! Tokenization: by default tiktoken `o200k_base`, ordinary (special tokens are plain
+//! text); `[tokenizer]` may choose another (`tokenizer`). Token ids given in the body are
+//! used as they are. The free functions here ([`tokenize`], [`ParsedRequest::parse`]) are
+//! the defaults; a [`super::Prompter`] applies the configured choice.
 
 use super::error::ApiError;
 use serde_json::{Map, Value};
@@ -64,8 +67,18 @@ pub struct ParsedRequest {
 }
 
 impl ParsedRequest {
-    /// Parses `bytes` as a request for `endpoint`; errors name the offending field.
+    /// Parses `bytes` as a request for `endpoint` (chat rendered plainly, [`render_chat`]);
+    /// errors name the offending field.
     pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, ApiError> {
+        Self::parse_with(endpoint, bytes, render_chat)
+    }
+
+    /// [`ParsedRequest::parse`] with chat `messages` rendered by `render`.
+    pub fn parse_with(
+        endpoint: Endpoint,
+        bytes: &[u8],
+        render: impl FnOnce(Option<&Value>) -> Result<String, ApiError>,
+    ) -> Result<Self, ApiError> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_field("body", format!("not valid JSON: {e}")))?;
         let Value::Object(body) = value else {
@@ -91,7 +104,7 @@ impl ParsedRequest {
                 if max_tokens.is_none() {
                     max_tokens = optional_u64(&body, "max_completion_tokens")?;
                 }
-                PromptInput::Text(vec![render_chat(body.get("messages"))?])
+                PromptInput::Text(vec![render(body.get("messages"))?])
             }
         };
         Ok(Self {
@@ -221,40 +234,20 @@ pub fn render_chat(messages: Option<&Value>) -> Result<String, ApiError> {
     Ok(out)
 }
 
-/// The prompt's token ids. Text is tokenized with o200k_base on a blocking thread; if the
-/// tokenizer fails there, the text is counted as 4-byte pieces instead (same prefixes still
-/// give the same ids, and the request is not lost).
+/// The prompt's token ids with the default tokenizer (tiktoken o200k_base): see
+/// [`super::Prompter::tokenize`].
 pub async fn tokenize(prompt: PromptInput) -> Vec<u32> {
-    match prompt {
-        PromptInput::Tokens(ids) => ids,
-        PromptInput::Text(parts) => {
-            let fallback = parts.clone();
-            match tokio::task::spawn_blocking(move || {
-                let bpe = tiktoken_rs::o200k_base_singleton();
-                parts
-                    .iter()
-                    .flat_map(|p| bpe.encode_ordinary(p))
-                    .collect::<Vec<u32>>()
-            })
-            .await
-            {
-                Ok(ids) => ids,
-                Err(_) => fallback.iter().flat_map(|p| byte_pieces(p)).collect(),
-            }
-        }
-    }
+    super::Prompter::default().tokenize(prompt).await
 }
 
-/// Builds the tokenizer on a blocking thread (about a second in a debug build), so the
-/// first text request does not pay for it.
+/// Builds the default tokenizer on a blocking thread (about a second in a debug build), so
+/// the first text request does not pay for it.
 pub async fn warm_tokenizer() {
-    let _ = tokio::task::spawn_blocking(|| {
-        let _ = tiktoken_rs::o200k_base_singleton();
-    })
-    .await;
+    super::Prompter::default().warm().await;
 }
 
-fn byte_pieces(text: &str) -> impl Iterator<Item = u32> + '_ {
+/// Text as 4-byte little-endian pieces: the count when a tokenizer cannot be used.
+pub(super) fn byte_pieces(text: &str) -> impl Iterator<Item = u32> + '_ {
     text.as_bytes().chunks(4).map(|c| {
         let mut b = [0u8; 4];
         b[..c.len()].copy_from_slice(c);

@@ -3,7 +3,7 @@
 use super::engine_task::{Delivery, EngineHandle};
 use super::{SimConfig, namespace, role_name, seq_request};
 use crate::engine::{Role, SubmitError};
-use crate::frontend::{ApiError, Endpoint, ParsedRequest, tokenize};
+use crate::frontend::{ApiError, Endpoint};
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -343,7 +343,7 @@ async fn try_generate(
     endpoint: Endpoint,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request = ParsedRequest::parse(endpoint, &body)?;
+    let request = state.cfg.prompter.parse(endpoint, &body)?;
     drop(body);
     let max_tokens = match request.max_tokens {
         None => state.cfg.default_max_tokens,
@@ -362,7 +362,7 @@ async fn try_generate(
         .find(|l| **l == request.model)
         .cloned();
     let ns = namespace(lora.as_deref(), cache_salt.as_deref());
-    let tokens = tokenize(request.prompt.clone()).await;
+    let tokens = state.cfg.prompter.tokenize(request.prompt.clone()).await;
     let prompt_tokens = tokens.len();
     let id = RequestId(uuid::Uuid::now_v7());
     let stage = state.cfg.role == Role::Prefill && transfer == Transfer::RemoteDecode;

@@ -3,8 +3,9 @@
 //!
 //! [`SimWorker::start`] takes an already-bound listener, a bus and a [`SimConfig`]. It owns
 //! one [`Engine`] in an engine task (`engine_task`: the pass loop on tokio time) and serves
-//! HTTP with axum (`http`). Text is tokenized exactly as the router's frontend does (tiktoken
-//! `o200k_base`, chat rendered by [`crate::frontend::render_chat`]), and block hashes are
+//! HTTP with axum (`http`). Text is tokenized exactly as the router's frontend does, with
+//! [`SimConfig::prompter`] (default: tiktoken `o200k_base`, chat rendered by
+//! [`crate::frontend::render_chat`]; give it the routers' `[tokenizer]`), and block hashes are
 //! namespaced as the router's are ([`namespace`]), so the KV events name the blocks the
 //! routers look requests up by.
 //!
@@ -118,6 +119,8 @@ pub struct SimConfig {
     pub pull_timeout: Duration,
     /// The base URL to announce instead of `http://<bound addr>`.
     pub advertise: Option<String>,
+    /// Tokenizer and chat rendering; must be the routers' for their hashes to match.
+    pub prompter: crate::frontend::Prompter,
 }
 
 impl Default for SimConfig {
@@ -139,6 +142,7 @@ impl Default for SimConfig {
             default_max_tokens: 16,
             pull_timeout: Duration::from_secs(5),
             advertise: None,
+            prompter: crate::frontend::Prompter::default(),
         }
     }
 }
@@ -273,9 +277,10 @@ impl SimWorker {
             cfg.clone(),
             handle.clone(),
         ));
+        let warm = cfg.prompter.clone().warm();
         let state = http::WorkerState::new(handle.clone(), cfg, host, addr.port(), http_client);
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(crate::frontend::warm_tokenizer());
+        tokio::spawn(warm);
         let server = tokio::spawn(async move {
             axum::serve(listener, http::app(state))
                 .with_graceful_shutdown(async move {

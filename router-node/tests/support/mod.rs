@@ -17,7 +17,7 @@ use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig, WorkerId,
     WorkerSpec,
 };
-use router_node::frontend::{AppState, Limits, StaticDirectory, serve};
+use router_node::frontend::{AppState, Limits, Prompter, StaticDirectory, serve};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -166,6 +166,11 @@ pub struct Node {
 
 /// A node over one aggregated pool whose workers (ids 1..) are served at `workers`.
 pub async fn spawn_node(workers: &[&str], limits: Limits) -> Node {
+    spawn_node_with(workers, limits, Prompter::default()).await
+}
+
+/// [`spawn_node`] with the tokenizer and chat rendering of `prompter`.
+pub async fn spawn_node_with(workers: &[&str], limits: Limits, prompter: Prompter) -> Node {
     let profile = PolicyProfile::from_toml_str(PROFILE).unwrap();
     let clock = Clock::start();
     let args = RouterArgs {
@@ -205,7 +210,8 @@ pub async fn spawn_node(workers: &[&str], limits: Limits) -> Node {
         ready_rx,
     )
     .unwrap()
-    .with_models(["stand-in".to_owned()]);
+    .with_models(["stand-in".to_owned()])
+    .with_prompter(prompter);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
