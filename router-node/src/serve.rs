@@ -163,7 +163,7 @@ async fn serve_node(
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(cancel_rx, cut_off));
     tokio::spawn(frontend::warm_tokenizer());
-    let serving = axum::serve(listener, app).with_graceful_shutdown(async {
+    let serving = axum::serve(frontend::nodelay(listener), app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(async move { serving.await });

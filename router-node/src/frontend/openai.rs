@@ -16,6 +16,8 @@
 
 use super::error::ApiError;
 use serde_json::{Map, Value};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Which OpenAI route a request came in on (and goes out to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,25 +223,45 @@ pub fn render_chat(messages: Option<&Value>) -> Result<String, ApiError> {
     Ok(out)
 }
 
-/// The prompt's token ids. Text is tokenized with o200k_base on a blocking thread; if the
-/// tokenizer fails there, the text is counted as 4-byte pieces instead (same prefixes still
-/// give the same ids, and the request is not lost).
+/// Text up to this many bytes (all parts together) is tokenized on the calling task once
+/// the tokenizer is built: that takes microseconds, less than handing the work to a blocking
+/// thread and waking the task again (a mutex, a condvar and two thread wake-ups).
+pub const INLINE_TOKENIZE_MAX_BYTES: usize = 1024;
+
+/// Set once the o200k_base tokenizer is built (building it takes about a second in a debug
+/// build, so it is never done on the calling task).
+static TOKENIZER_READY: AtomicBool = AtomicBool::new(false);
+
+fn encode(parts: &[String]) -> Vec<u32> {
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    TOKENIZER_READY.store(true, Ordering::Release);
+    parts
+        .iter()
+        .flat_map(|p| bpe.encode_ordinary(p))
+        .collect::<Vec<u32>>()
+}
+
+/// The prompt's token ids. Text is tokenized with o200k_base: short text (at most
+/// [`INLINE_TOKENIZE_MAX_BYTES`]) on the calling task once the tokenizer is built, other text
+/// on a blocking thread. If the tokenizer fails, the text is counted as 4-byte pieces instead
+/// (same prefixes still give the same ids, and the request is not lost).
 pub async fn tokenize(prompt: PromptInput) -> Vec<u32> {
     match prompt {
         PromptInput::Tokens(ids) => ids,
         PromptInput::Text(parts) => {
-            let fallback = parts.clone();
-            match tokio::task::spawn_blocking(move || {
-                let bpe = tiktoken_rs::o200k_base_singleton();
-                parts
-                    .iter()
-                    .flat_map(|p| bpe.encode_ordinary(p))
-                    .collect::<Vec<u32>>()
-            })
-            .await
-            {
+            let bytes: usize = parts.iter().map(String::len).sum();
+            let encoded =
+                if bytes <= INLINE_TOKENIZE_MAX_BYTES && TOKENIZER_READY.load(Ordering::Acquire) {
+                    std::panic::catch_unwind(AssertUnwindSafe(|| encode(&parts))).map_err(drop)
+                } else {
+                    let owned = parts.clone();
+                    tokio::task::spawn_blocking(move || encode(&owned))
+                        .await
+                        .map_err(drop)
+                };
+            match encoded {
                 Ok(ids) => ids,
-                Err(_) => fallback.iter().flat_map(|p| byte_pieces(p)).collect(),
+                Err(()) => parts.iter().flat_map(|p| byte_pieces(p)).collect(),
             }
         }
     }
@@ -250,6 +272,7 @@ pub async fn tokenize(prompt: PromptInput) -> Vec<u32> {
 pub async fn warm_tokenizer() {
     let _ = tokio::task::spawn_blocking(|| {
         let _ = tiktoken_rs::o200k_base_singleton();
+        TOKENIZER_READY.store(true, Ordering::Release);
     })
     .await;
 }
