@@ -6,21 +6,25 @@
 # closed loop, a fixed number of connections:
 #   (a) direct:  POST <worker 1>/v1/completions   (non-streaming, max_tokens 1, tiny prompt)
 #   (b) router:  POST <router>/v1/completions     (same body; the router streams upstream)
-# alternating (a) and (b) REPEATS times, and reports req/s, latency p50/p99 and the overhead
-# (router - direct) at p50 and p99; then (c) the target process's RSS (VmRSS) sampled while
-# at least MEM_REQUESTS requests go through the router (bounded by MEM_MAX_SECONDS).
+# alternating (a) and (b) REPEATS times, once with CONNECTIONS connections (throughput; the
+# machine is saturated, so latency there is mostly queueing) and once with LAT_CONNECTIONS
+# (added latency without queueing), and reports req/s, latency p50/p99, the overhead
+# (router - direct) at p50 and p99 and the target's CPU time per request; then (c) the target
+# process's RSS (VmRSS) sampled while at least MEM_REQUESTS requests go through the router
+# (bounded by MEM_MAX_SECONDS).
 #
 # The load tool, the router and the workers share this machine's cores: the script prints
 # the target process's CPU use and the machine's during each router run.
 #
-# Environment (defaults): CONNECTIONS=64 THREADS=2 DURATION=20 WARMUP=5 REPEATS=3
-#   MEM_REQUESTS=1000000 MEM_CHUNK=30 MEM_MAX_SECONDS=300 WORKERS=2 PORT=18080
+# Environment (defaults): CONNECTIONS=64 THREADS=2 LAT_CONNECTIONS=1 DURATION=20 WARMUP=5
+#   REPEATS=3 MEM_REQUESTS=1000000 MEM_CHUNK=30 MEM_MAX_SECONDS=300 WORKERS=2 PORT=18080
 #   TARGET_ARGS="" (extra arguments, e.g. --no-telemetry) SKIP_BUILD=0
 #   CARGO_TARGET_DIR (default: <repo>/target)
 # Usage: scripts/bench-http.sh
 set -euo pipefail
 
 CONNECTIONS=${CONNECTIONS:-64}
+LAT_CONNECTIONS=${LAT_CONNECTIONS:-1}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-5}
@@ -106,10 +110,11 @@ machine_ticks() { awk '$1 == "cpu" {print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}'
 rss_kib() { awk '$1 == "VmRSS:" {print $2}' "/proc/$target_pid/status"; }
 field() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-# run_wrk URL SECONDS -> the RESULT line
+# run_wrk URL SECONDS [CONNECTIONS THREADS] -> the RESULT line
 run_wrk() {
     local out
-    out=$(wrk -t "$THREADS" -c "$CONNECTIONS" -d "${2}s" --timeout 5s -s "$work/post.lua" "$1/v1/completions")
+    out=$(wrk -t "${4:-$THREADS}" -c "${3:-$CONNECTIONS}" -d "${2}s" --timeout 5s \
+        -s "$work/post.lua" "$1/v1/completions")
     grep '^RESULT' <<<"$out"
 }
 
@@ -123,55 +128,75 @@ check() {
     fi
 }
 
+# measure CONNECTIONS THREADS: REPEATS x (direct, router), then min .. max of each figure
+measure() {
+    local conns=$1 threads=$2 results=() r side url p0 p1 mb0 mt0 mb1 mt1 line secs
+    local target_cpu machine_cpu cpu_us
+    echo
+    echo "== wrk -t $threads -c $conns, ${DURATION}s per run, $REPEATS repeats" \
+        "(load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    for r in $(seq "$REPEATS"); do
+        for side in direct router; do
+            url=$direct
+            [ "$side" = router ] && url=$router
+            p0=$(proc_ticks)
+            read -r mb0 mt0 < <(machine_ticks)
+            line=$(run_wrk "$url" "$DURATION" "$conns" "$threads")
+            p1=$(proc_ticks)
+            read -r mb1 mt1 < <(machine_ticks)
+            check "$line"
+            secs=$(awk -v d="$(field duration_us "$line")" 'BEGIN {print d / 1e6}')
+            target_cpu=$(awk -v t=$((p1 - p0)) -v c="$clk" -v s="$secs" \
+                'BEGIN {printf "%.2f", t / c / s}')
+            machine_cpu=$(awk -v b=$((mb1 - mb0)) -v t=$((mt1 - mt0)) -v n="$(nproc)" \
+                'BEGIN {printf "%.2f", n * b / t}')
+            # CPU time of the target process (router + workers) per request
+            cpu_us=$(awk -v c="$target_cpu" -v q="$(field rps "$line")" \
+                'BEGIN {printf "%.1f", c / q * 1e6}')
+            results+=("$side $r $line target_cores=$target_cpu machine_cores=$machine_cpu cpu_us=$cpu_us")
+            printf '%-6s run %d: %8s req/s  p50 %6s us  p99 %6s us  target process %s cores' \
+                "$side" "$r" "$(field rps "$line")" "$(field p50_us "$line")" \
+                "$(field p99_us "$line")" "$target_cpu"
+            printf ' (%s us CPU/request), machine %s of %s cores\n' \
+                "$cpu_us" "$machine_cpu" "$(nproc)"
+        done
+    done
+    echo "summary, -c $conns (min .. max over $REPEATS runs; overhead = router - direct within a repeat)"
+    printf '%s\n' "${results[@]}" | awk '
+        function upd(k, v) {
+            if (!(k in lo) || v + 0 < lo[k] + 0) lo[k] = v
+            if (!(k in hi) || v + 0 > hi[k] + 0) hi[k] = v
+        }
+        {
+            side = $1; run = $2
+            for (i = 3; i <= NF; i++) { split($i, kv, "="); val[side, run, kv[1]] = kv[2] }
+            upd(side " req/s", val[side, run, "rps"]); upd(side " p50 us", val[side, run, "p50_us"])
+            upd(side " p99 us", val[side, run, "p99_us"])
+            upd(side " target cores", val[side, run, "target_cores"])
+            upd(side " CPU us/req", val[side, run, "cpu_us"])
+            runs[run] = 1
+        }
+        END {
+            for (r in runs) {
+                upd("overhead p50 us", val["router", r, "p50_us"] - val["direct", r, "p50_us"])
+                upd("overhead p99 us", val["router", r, "p99_us"] - val["direct", r, "p99_us"])
+            }
+            n = split("direct req/s,router req/s,direct p50 us,router p50 us,overhead p50 us," \
+                      "direct p99 us,router p99 us,overhead p99 us,direct target cores," \
+                      "router target cores,direct CPU us/req,router CPU us/req", keys, ",")
+            for (i = 1; i <= n; i++) printf "  %-20s %10s .. %s\n", keys[i], lo[keys[i]], hi[keys[i]]
+        }'
+}
+
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
-echo "wrk -t $THREADS -c $CONNECTIONS, ${DURATION}s per run, ${WARMUP}s warm-up, $REPEATS repeats"
+echo "warm-up: ${WARMUP}s each"
 run_wrk "$direct" "$WARMUP" >/dev/null
 run_wrk "$router" "$WARMUP" >/dev/null
 
-results=()
-for r in $(seq "$REPEATS"); do
-    for side in direct router; do
-        url=$direct
-        [ "$side" = router ] && url=$router
-        p0=$(proc_ticks)
-        read -r mb0 mt0 < <(machine_ticks)
-        line=$(run_wrk "$url" "$DURATION")
-        p1=$(proc_ticks)
-        read -r mb1 mt1 < <(machine_ticks)
-        check "$line"
-        secs=$(awk -v d="$(field duration_us "$line")" 'BEGIN {print d / 1e6}')
-        target_cpu=$(awk -v t=$((p1 - p0)) -v c="$clk" -v s="$secs" 'BEGIN {printf "%.2f", t / c / s}')
-        machine_cpu=$(awk -v b=$((mb1 - mb0)) -v t=$((mt1 - mt0)) -v n="$(nproc)" \
-            'BEGIN {printf "%.2f", n * b / t}')
-        results+=("$side $r $line target_cores=$target_cpu machine_cores=$machine_cpu")
-        printf '%-6s run %d: %8s req/s  p50 %6s us  p99 %6s us  (target process %s cores, machine %s of %s)\n' \
-            "$side" "$r" "$(field rps "$line")" "$(field p50_us "$line")" "$(field p99_us "$line")" \
-            "$target_cpu" "$machine_cpu" "$(nproc)"
-    done
-done
-
-echo
-echo "summary (min .. max over $REPEATS runs; overhead = router - direct within each repeat)"
-printf '%s\n' "${results[@]}" | awk '
-    function upd(k, v) { if (!(k in lo) || v < lo[k]) lo[k] = v; if (!(k in hi) || v > hi[k]) hi[k] = v }
-    {
-        side = $1; run = $2
-        for (i = 3; i <= NF; i++) { split($i, kv, "="); val[side, run, kv[1]] = kv[2] }
-        upd(side " req/s", val[side, run, "rps"]); upd(side " p50 us", val[side, run, "p50_us"])
-        upd(side " p99 us", val[side, run, "p99_us"])
-        upd(side " target cores", val[side, run, "target_cores"])
-        runs[run] = 1
-    }
-    END {
-        for (r in runs) {
-            upd("overhead p50 us", val["router", r, "p50_us"] - val["direct", r, "p50_us"])
-            upd("overhead p99 us", val["router", r, "p99_us"] - val["direct", r, "p99_us"])
-        }
-        n = split("direct req/s,router req/s,direct p50 us,router p50 us,overhead p50 us," \
-                  "direct p99 us,router p99 us,overhead p99 us,direct target cores," \
-                  "router target cores", keys, ",")
-        for (i = 1; i <= n; i++) printf "  %-20s %10s .. %s\n", keys[i], lo[keys[i]], hi[keys[i]]
-    }'
+# throughput: enough connections to saturate the machine (latency here is mostly queueing)
+measure "$CONNECTIONS" "$THREADS"
+# added latency without queueing: one connection, one request at a time
+measure "$LAT_CONNECTIONS" 1
 
 # --- memory: RSS over a long run through the router ---------------------------------------------
 echo
