@@ -182,7 +182,7 @@ async fn serve_node(
     let (cancel_tx, cancel_rx) = watch::channel(false);
     tokio::spawn(state.prompter.clone().warm());
     let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(cancel_rx, cut_off));
-    let serving = axum::serve(listener, app).with_graceful_shutdown(async {
+    let serving = axum::serve(frontend::nodelay(listener), app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
     });
     let mut server = tokio::spawn(async move { serving.await });

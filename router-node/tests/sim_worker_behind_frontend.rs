@@ -58,3 +58,45 @@ async fn the_frontend_relays_a_simulated_worker() {
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     node.assert_idle().await;
 }
+
+/// Streamed responses go out in small writes: without `TCP_NODELAY` on the worker's and the
+/// frontend's accepted sockets, each would wait for the client's delayed ACK (~40 ms), so
+/// ten streamed requests would take at least 400 ms. An instant worker takes no engine time.
+#[tokio::test]
+async fn streamed_responses_do_not_wait_for_delayed_acks() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cfg = SimConfig {
+        worker_id: WorkerId(1),
+        instant: true,
+        heartbeat: Duration::from_millis(100),
+        ..SimConfig::default()
+    };
+    let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
+        .await
+        .unwrap();
+    let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
+    let body = json!({"model": "sim", "prompt": "hello", "max_tokens": 2, "stream": true});
+    let stream = || async {
+        let text = node
+            .post("/v1/completions")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    };
+    stream().await; // connections and tokenizer warm
+    let start = tokio::time::Instant::now();
+    for _ in 0..10 {
+        stream().await;
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(400),
+        "10 streamed requests took {took:?}"
+    );
+    node.assert_idle().await;
+}

@@ -37,13 +37,14 @@ pub use tokenizer::{
 
 use axum::Router;
 use axum::routing::{get, post};
+use axum::serve::{ListenerExt as _, TapIo};
 use router_actors::RouterHandle;
 use router_core::{PolicyProfile, WorkerId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
 /// Where each worker's OpenAI API lives. The worker registry actor implements it; tests use
@@ -207,6 +208,18 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// `listener` with `TCP_NODELAY` set on every accepted connection. Responses go out in
+/// small writes (SSE events, a streamed body after its headers); with Nagle's algorithm on,
+/// each write after the first waits for the peer's delayed ACK (~40 ms on Linux).
+pub fn nodelay(listener: TcpListener) -> TapIo<TcpListener, fn(&mut TcpStream)> {
+    fn set(stream: &mut TcpStream) {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    }
+    listener.tap_io(set as fn(&mut TcpStream))
+}
+
 /// Serves the frontend on an already-bound listener until `shutdown` resolves, then drains
 /// open connections. The tokenizer is built in the background as serving starts.
 pub async fn serve(
@@ -215,7 +228,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     tokio::spawn(state.prompter.clone().warm());
-    axum::serve(listener, app(state))
+    axum::serve(nodelay(listener), app(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

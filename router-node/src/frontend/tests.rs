@@ -172,6 +172,22 @@ async fn token_ids_are_used_as_given_and_text_is_tokenized() {
     );
 }
 
+#[tokio::test]
+async fn short_text_on_the_task_and_long_text_on_a_blocking_thread_tokenize_alike() {
+    super::warm_tokenizer().await;
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    let short = "The quick brown fox jumps over the lazy dog. ".repeat(4);
+    let long = short.repeat(16);
+    assert!(short.len() <= super::tokenizer::INLINE_TOKENIZE_MAX_BYTES);
+    assert!(long.len() > super::tokenizer::INLINE_TOKENIZE_MAX_BYTES);
+    for text in [short, long] {
+        let parts = vec![text.clone(), "tail".to_owned()];
+        let mut expected = bpe.encode_ordinary(&text);
+        expected.extend(bpe.encode_ordinary("tail"));
+        assert_eq!(tokenize(PromptInput::Text(parts)).await, expected);
+    }
+}
+
 #[test]
 fn every_rejection_reason_has_its_status() {
     let rank = RankId::new(1, 0);

@@ -16,8 +16,23 @@ use super::error::ApiError;
 use super::openai::{Endpoint, ParsedRequest, PromptInput, byte_pieces, render_chat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Text up to this many bytes (all parts together) is tokenized on the calling task once the
+/// tokenizer is built: that takes microseconds, less than handing the work to a blocking
+/// thread and waking the task again (a mutex, a condvar and two thread wake-ups).
+pub const INLINE_TOKENIZE_MAX_BYTES: usize = 1024;
+
+/// Per tiktoken encoding (by discriminant): built yet?
+static BUILT: [AtomicBool; 4] = [
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+];
 
 /// The encodings built into tiktoken-rs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +61,17 @@ impl TiktokenEncoding {
 
     /// The process-wide encoder (built once, about a second in a debug build).
     fn bpe(self) -> &'static tiktoken_rs::CoreBPE {
+        let bpe = self.build();
+        BUILT[self as usize].store(true, Ordering::Release);
+        bpe
+    }
+
+    /// Whether the encoder is built already (then encoding short text takes microseconds).
+    fn built(self) -> bool {
+        BUILT[self as usize].load(Ordering::Acquire)
+    }
+
+    fn build(self) -> &'static tiktoken_rs::CoreBPE {
         match self {
             Self::O200kBase => tiktoken_rs::o200k_base_singleton(),
             Self::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
@@ -131,6 +157,14 @@ impl Tokenizer {
             let _ = encoding.bpe();
         }
     }
+
+    /// Whether encoding is cheap now (a HuggingFace tokenizer is loaded with the config).
+    fn ready(&self) -> bool {
+        match self {
+            Self::Tiktoken(encoding) => encoding.built(),
+            Self::HuggingFace(_) => true,
+        }
+    }
 }
 
 /// A tokenizer and a chat rendering. Cheap to clone.
@@ -176,25 +210,34 @@ impl Prompter {
         self.tokenizer.encode(text)
     }
 
-    /// The prompt's token ids: ids given in the body as they are; text tokenized on a
-    /// blocking thread (parts of a batch one by one, concatenated). If that thread fails,
-    /// the text is counted as 4-byte pieces instead.
+    /// The prompt's token ids: ids given in the body as they are; text tokenized (parts of a
+    /// batch one by one, concatenated) on the calling task when it is short
+    /// ([`INLINE_TOKENIZE_MAX_BYTES`]) and the tokenizer is built, else on a blocking thread.
+    /// If the tokenizer fails, the text is counted as 4-byte pieces instead.
     pub async fn tokenize(&self, prompt: PromptInput) -> Vec<u32> {
         match prompt {
             PromptInput::Tokens(ids) => ids,
             PromptInput::Text(parts) => {
-                let tokenizer = self.tokenizer.clone();
-                let fallback = parts.clone();
-                match tokio::task::spawn_blocking(move || {
+                let bytes: usize = parts.iter().map(String::len).sum();
+                let encode = |tokenizer: &Tokenizer, parts: &[String]| {
                     parts
                         .iter()
                         .flat_map(|p| tokenizer.encode(p))
                         .collect::<Vec<u32>>()
-                })
-                .await
-                {
+                };
+                let encoded = if bytes <= INLINE_TOKENIZE_MAX_BYTES && self.tokenizer.ready() {
+                    std::panic::catch_unwind(AssertUnwindSafe(|| encode(&self.tokenizer, &parts)))
+                        .map_err(drop)
+                } else {
+                    let tokenizer = self.tokenizer.clone();
+                    let owned = parts.clone();
+                    tokio::task::spawn_blocking(move || encode(&tokenizer, &owned))
+                        .await
+                        .map_err(drop)
+                };
+                match encoded {
                     Ok(ids) => ids,
-                    Err(_) => fallback.iter().flat_map(|p| byte_pieces(p)).collect(),
+                    Err(()) => parts.iter().flat_map(|p| byte_pieces(p)).collect(),
                 }
             }
         }

@@ -4,8 +4,10 @@
 //! Loop: take every queued command; free staged KV whose deadline passed; if there is work,
 //! `step(now)`, publish the pass's KV events at once (the reference makes them visible at
 //! pass start), sleep the pass's `duration_us` while still taking commands, then hand the
-//! pass's tokens to the requests. With no work it waits for the next command (and, while
-//! staged KV is held or a delivery is pending, for a short tick): no busy loop.
+//! pass's tokens to the requests. An instant task ([`super::SimConfig::instant`]) skips the
+//! sleep: it yields to the runtime once and hands the tokens out at once. With no work it
+//! waits for the next command (and, while staged KV is held or a delivery is pending, for a
+//! short tick): no busy loop.
 //!
 //! Channels, all bounded:
 //! - commands: [`COMMAND_CAPACITY`]; senders wait when it is full (back-pressure on the HTTP
@@ -153,10 +155,13 @@ impl EngineHandle {
     }
 }
 
-/// Spawns the engine task; it ends when every handle is dropped.
+/// Spawns the engine task; it ends when every handle is dropped. An `instant` task hands
+/// out each pass's tokens as soon as the pass is computed instead of after its modelled
+/// duration.
 pub fn spawn(
     engine: Engine,
     link: Option<Arc<WorkerLink>>,
+    instant: bool,
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(COMMAND_CAPACITY);
     let task = tokio::spawn(run(
@@ -166,6 +171,7 @@ pub fn spawn(
             stats: LoadReport::default(),
             link,
             unpublished: Vec::new(),
+            instant,
         },
         rx,
     ));
@@ -185,6 +191,8 @@ struct Task {
     link: Option<Arc<WorkerLink>>,
     /// Events produced between passes (none today), published with the next batch.
     unpublished: Vec<KvEvent>,
+    /// Passes take no time (tokens are delivered at once).
+    instant: bool,
 }
 
 fn elapsed_us(start: Instant) -> u64 {
@@ -216,6 +224,12 @@ async fn run(mut task: Task, mut rx: mpsc::Receiver<Command>) {
                 let mut events = std::mem::take(&mut task.unpublished);
                 events.extend(out.kv_events.iter().cloned());
                 task.publish(events).await;
+                if task.instant {
+                    // No modelled time, but never a busy loop that starves the runtime.
+                    tokio::task::yield_now().await;
+                    task.deliver(&out.tokens, &out.finished);
+                    continue;
+                }
                 let end = pass_start + Duration::from_micros(out.duration_us);
                 loop {
                     tokio::select! {

@@ -102,6 +102,10 @@ pub struct SimConfig {
     pub max_num_seqs: usize,
     /// Divides every modelled duration (not a positive finite number: 1).
     pub speedup: f64,
+    /// Every pass takes no time: tokens are handed out as soon as a pass is computed (the
+    /// engine still schedules, books KV and publishes events). For measuring the router's
+    /// own overhead; `speedup` is then unused.
+    pub instant: bool,
     /// The base model served (`/v1/models`).
     pub model: String,
     /// LoRA adapters served too (announced; a request whose `model` names one is namespaced).
@@ -133,6 +137,7 @@ impl Default for SimConfig {
             max_num_batched_tokens: 8192,
             max_num_seqs: 256,
             speedup: 1.0,
+            instant: false,
             model: "sim".to_owned(),
             loras: Vec::new(),
             cluster: "switchyard".to_owned(),
@@ -269,7 +274,7 @@ impl SimWorker {
         };
         let link =
             Arc::new(WorkerLink::start(bus.clone(), &subjects, announce, cfg.heartbeat).await?);
-        let (handle, engine_task) = engine_task::spawn(engine, Some(link.clone()));
+        let (handle, engine_task) = engine_task::spawn(engine, Some(link.clone()), cfg.instant);
         let load_task = tokio::spawn(publish_load(
             bus,
             subjects,
@@ -282,7 +287,7 @@ impl SimWorker {
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(warm);
         let server = tokio::spawn(async move {
-            axum::serve(listener, http::app(state))
+            axum::serve(crate::frontend::nodelay(listener), http::app(state))
                 .with_graceful_shutdown(async move {
                     let _ = rx.await;
                 })

@@ -51,7 +51,7 @@ async fn drain(rx: &mut mpsc::Receiver<Delivery>) -> (u32, bool) {
 
 #[tokio::test(start_paused = true)]
 async fn a_repeated_prompt_finishes_sooner_in_engine_time() {
-    let (h, _task) = engine_task::spawn(engine(Role::Agg), None);
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
     let prompt: Vec<u32> = (0..2048).collect();
     let start = Instant::now();
     let mut rx = submit(&h, 1, prompt.clone(), 4).await;
@@ -75,7 +75,7 @@ async fn a_repeated_prompt_finishes_sooner_in_engine_time() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_reader_gets_every_token_coalesced() {
-    let (h, _task) = engine_task::spawn(engine(Role::Agg), None);
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
     let tokens = u32::try_from(DELIVERY_CAPACITY * 3).unwrap();
     let mut rx = submit(&h, 1, vec![7; 40], tokens).await;
     // Let the engine run the whole request without reading.
@@ -95,7 +95,7 @@ async fn a_slow_reader_gets_every_token_coalesced() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reader_that_leaves_cancels_its_sequence() {
-    let (h, _task) = engine_task::spawn(engine(Role::Agg), None);
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
     let mut rx = submit(&h, 1, vec![7; 100], 1000).await;
     let first = rx.recv().await.unwrap();
     assert!(first.tokens >= 1 && !first.finished);
@@ -113,7 +113,7 @@ async fn a_reader_that_leaves_cancels_its_sequence() {
 
 #[tokio::test(start_paused = true)]
 async fn staged_kv_expires_on_tokio_time() {
-    let (h, _task) = engine_task::spawn(engine(Role::Prefill), None);
+    let (h, _task) = engine_task::spawn(engine(Role::Prefill), None, false);
     let mut rx = h
         .submit(seq_request(id(1), vec![3; 64], 10, None, None), true)
         .await
@@ -128,4 +128,27 @@ async fn staged_kv_expires_on_tokio_time() {
     let load = h.load().await.unwrap();
     assert_eq!((load.staged, load.stranded, load.kv_used_blocks), (0, 1, 0));
     assert!(!h.release(id(1)).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instant_engine_takes_no_tokio_time() {
+    let prompt: Vec<u32> = (0..2048).collect();
+    // Modelled: ~49 ms of prefill, then decode passes of at least 1 ms each.
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
+    let start = Instant::now();
+    let mut rx = submit(&h, 1, prompt.clone(), 8).await;
+    assert_eq!(drain(&mut rx).await, (8, true));
+    assert!(start.elapsed() >= Duration::from_millis(45));
+
+    // Instant: same scheduling and tokens, no time passes (the paused clock would otherwise
+    // auto-advance to each pass's end).
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, true);
+    let start = Instant::now();
+    let mut rx = submit(&h, 1, prompt, 8).await;
+    assert_eq!(drain(&mut rx).await, (8, true));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let load = h.load().await.unwrap();
+    assert_eq!((load.finished, load.output_tokens), (1, 8));
+    assert!(load.passes >= 8, "{load:?}");
+    assert_eq!(load.kv_used_blocks, 0);
 }

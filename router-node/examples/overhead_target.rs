@@ -1,0 +1,189 @@
+//! The target of the HTTP overhead benchmark (`scripts/bench-http.sh`): instant simulated
+//! workers and one router node with its OpenAI frontend, all on one in-process bus.
+//!
+//! ```sh
+//! cargo run --release -p router-node --example overhead_target -- --workers 2 --listen 127.0.0.1:18080
+//! ```
+//!
+//! - Workers: [`SimWorker`]s with [`SimConfig::instant`] (every engine pass takes no time), on
+//!   `127.0.0.1` ports picked by the OS (or `--worker-port`, `--worker-port + 1`, ...).
+//! - Router: `serve_with_bus` with the default configuration except: in-process bus, the
+//!   fallback policy profile (one class, never queues), `http.listen = --listen`.
+//! - Telemetry: the defaults of `router-node serve` (text logs at `info`, no trace export), as
+//!   a deployed node runs; `--no-telemetry` installs no subscriber at all.
+//!
+//! Prints one line per address, then `ready` once the router answers `/ready` (it follows
+//! the workers' announcements):
+//!
+//! ```text
+//! worker 1 http://127.0.0.1:41235
+//! worker 2 http://127.0.0.1:40111
+//! router http://127.0.0.1:18080
+//! pid 12345
+//! ready
+//! ```
+//!
+//! Serves until SIGINT or SIGTERM, then drains and exits 0.
+
+use router_actors::bus::Bus;
+use router_actors::bus::local::LocalBus;
+use router_core::WorkerId;
+use router_node::config::{BusKind, Config};
+use router_node::serve::{serve_with_bus, shutdown_signal};
+use router_node::telemetry;
+use router_node::worker::{SimConfig, SimWorker};
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Debug)]
+struct Args {
+    workers: u64,
+    listen: String,
+    worker_port: Option<u16>,
+    telemetry: bool,
+}
+
+const USAGE: &str = "usage: overhead_target [--workers N] [--listen HOST:PORT] \
+                     [--worker-port PORT] [--no-telemetry]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        workers: 2,
+        listen: "127.0.0.1:18080".to_owned(),
+        worker_port: None,
+        telemetry: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--workers" => {
+                args.workers = value("--workers")?
+                    .parse()
+                    .map_err(|e| format!("--workers: {e}"))?;
+                if args.workers == 0 {
+                    return Err("--workers must be at least 1".to_owned());
+                }
+            }
+            "--listen" => args.listen = value("--listen")?,
+            "--worker-port" => {
+                args.worker_port = Some(
+                    value("--worker-port")?
+                        .parse()
+                        .map_err(|e| format!("--worker-port: {e}"))?,
+                );
+            }
+            "--no-telemetry" => args.telemetry = false,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("overhead_target: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = Config::default();
+    config.node.cluster = "overhead".to_owned();
+    config.bus.kind = BusKind::InProcess;
+    config.http.listen = args.listen.clone();
+    config.http.models = vec!["sim".to_owned()];
+    config.validate()?;
+    let guard = if args.telemetry {
+        Some(telemetry::init(&config.telemetry)?)
+    } else {
+        None
+    };
+
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let mut workers = Vec::new();
+    for n in 1..=args.workers {
+        let port = match args.worker_port {
+            Some(base) => base
+                .checked_add(u16::try_from(n - 1)?)
+                .ok_or("--worker-port + --workers overflows")?,
+            None => 0,
+        };
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        let cfg = SimConfig {
+            worker_id: WorkerId(n),
+            instant: true,
+            cluster: config.node.cluster.clone(),
+            ..SimConfig::default()
+        };
+        let worker = SimWorker::start(listener, bus.clone(), cfg).await?;
+        println!("worker {n} {}", worker.endpoint());
+        workers.push(worker);
+    }
+
+    let listener = TcpListener::bind(&config.http.listen).await?;
+    let router_url = format!("http://{}", listener.local_addr()?);
+    println!("router {router_url}");
+    println!("pid {}", std::process::id());
+    std::io::stdout().flush()?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let served = tokio::spawn(serve_with_bus(config, listener, bus, async move {
+        let mut stop_rx = stop_rx;
+        let _ = stop_rx.wait_for(|s| *s).await;
+    }));
+    wait_ready(&router_url).await?;
+    println!("ready");
+    std::io::stdout().flush()?;
+
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    served.await??;
+    for worker in workers {
+        worker.shutdown().await?;
+    }
+    if let Some(guard) = guard {
+        guard.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Polls `GET /ready` for up to 30 s.
+async fn wait_ready(router_url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let http = reqwest::Client::new();
+    let url = format!("{router_url}/ready");
+    for _ in 0..300 {
+        if let Ok(response) = http.get(&url).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the router did not become ready within 30 s".into())
+}
