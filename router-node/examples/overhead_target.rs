@@ -39,60 +39,25 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-#[derive(Debug)]
+/// The benchmark target: instant simulated workers behind one router node.
+#[derive(Debug, clap::Parser)]
 struct Args {
+    /// Instant simulated workers to start.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
     workers: u64,
+    /// The router's OpenAI endpoint.
+    #[arg(long, default_value = "127.0.0.1:18080")]
     listen: String,
+    /// First worker port (then +1, +2, ...); the OS picks when absent.
+    #[arg(long)]
     worker_port: Option<u16>,
+    /// Install no tracing subscriber at all.
+    #[arg(long = "no-telemetry", action = clap::ArgAction::SetFalse)]
     telemetry: bool,
 }
 
-const USAGE: &str = "usage: overhead_target [--workers N] [--listen HOST:PORT] \
-                     [--worker-port PORT] [--no-telemetry]";
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        workers: 2,
-        listen: "127.0.0.1:18080".to_owned(),
-        worker_port: None,
-        telemetry: true,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--workers" => {
-                args.workers = value("--workers")?
-                    .parse()
-                    .map_err(|e| format!("--workers: {e}"))?;
-                if args.workers == 0 {
-                    return Err("--workers must be at least 1".to_owned());
-                }
-            }
-            "--listen" => args.listen = value("--listen")?,
-            "--worker-port" => {
-                args.worker_port = Some(
-                    value("--worker-port")?
-                        .parse()
-                        .map_err(|e| format!("--worker-port: {e}"))?,
-                );
-            }
-            "--no-telemetry" => args.telemetry = false,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    Ok(args)
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
