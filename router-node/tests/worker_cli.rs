@@ -108,3 +108,33 @@ async fn a_standalone_worker_serves_until_sigterm() {
     .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn a_tokenizer_config_that_cannot_be_used_exits_2_naming_the_key() {
+    let dir = std::env::temp_dir().join(format!("sy-worker-tok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("node.toml");
+    std::fs::write(
+        &node,
+        "[tokenizer]\nkind = \"huggingface\"\npath = \"missing.json\"\n",
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "worker",
+        "--sim",
+        "--standalone",
+        "--tokenizer-config",
+        node.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tokenizer.path"), "{err}");
+    let (code, err) = run(&[
+        "worker",
+        "--sim",
+        "--standalone",
+        "--tokenizer-config",
+        "/nonexistent/node.toml",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -92,6 +92,11 @@ pub struct WorkerArgs {
     /// Base URL to announce instead of http://<listen address>.
     #[arg(long)]
     pub advertise: Option<String>,
+    /// A router node config (TOML) whose `[tokenizer]` section this worker uses, so it
+    /// tokenizes and renders chat exactly like the routers (default: tiktoken o200k_base and
+    /// the plain chat rendering, the routers' default).
+    #[arg(long, value_name = "NODE_TOML")]
+    pub tokenizer_config: Option<std::path::PathBuf>,
 }
 
 fn positive_f64(s: &str) -> Result<f64, String> {
@@ -143,6 +148,16 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let prompter = match &args.tokenizer_config {
+        None => None,
+        Some(path) => match crate::config::Config::load(Some(path)).and_then(|c| c.prompter()) {
+            Ok(prompter) => Some(prompter),
+            Err(e) => {
+                eprintln!("router-node worker: --tokenizer-config: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -153,7 +168,7 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(args, prompter)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("router-node worker: {message}");
@@ -162,8 +177,14 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: &WorkerArgs) -> Result<(), String> {
-    let cfg = args.config();
+async fn serve(
+    args: &WorkerArgs,
+    prompter: Option<crate::frontend::Prompter>,
+) -> Result<(), String> {
+    let mut cfg = args.config();
+    if let Some(prompter) = prompter {
+        cfg.prompter = prompter;
+    }
     let bus: Arc<dyn Bus> = match &args.nats {
         Some(url) => Arc::new(NatsBus::connect(url).await.map_err(|e| e.to_string())?),
         None => Arc::new(LocalBus::new()),
