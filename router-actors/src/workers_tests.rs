@@ -5,16 +5,16 @@
 //! below run them on the in-process bus on paused tokio time (where lease boundaries are
 //! checked to the millisecond).
 
+use crate::bus::Bus;
 use crate::bus::local::LocalBus;
-use crate::bus::{Bus, BusError, Subscription};
 use crate::clock::Clock;
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle};
 use crate::registry::{RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared};
 use crate::router::{ActorGone, RouterActor, RouterArgs, RouterHandle};
+use crate::testkit::{Fault, FaultBus};
 use crate::wire::{Envelope, Outbox, Subjects, WIRE_VERSION, WorkerAnnounce, encode};
 use crate::worker_link::WorkerLink;
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use ractor::Actor;
 use router_core::admission::{Phase, PoolRole, SchedulerConfig};
 use router_core::hashing::local_block_hashes;
@@ -24,7 +24,6 @@ use router_core::{
     WorkerSpec,
 };
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -175,43 +174,6 @@ fn placed(result: Result<Result<Outcome, router_core::RouteError>, ActorGone>) -
     match result {
         Ok(Ok(Outcome::Admitted(a))) => a.rank,
         other => panic!("expected an admission, got {other:?}"),
-    }
-}
-
-/// A bus that loses chosen publishes (by their 1-based number on a subject).
-struct LossyBus {
-    inner: Arc<dyn Bus>,
-    subject: String,
-    lose: Vec<u64>,
-    seen: AtomicU64,
-}
-
-impl Bus for LossyBus {
-    fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
-        if subject == self.subject {
-            let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.lose.contains(&n) {
-                return Box::pin(async { Ok(()) });
-            }
-        }
-        self.inner.publish(subject, payload)
-    }
-
-    fn subscribe(&self, subject: String) -> BoxFuture<'_, Result<Subscription, BusError>> {
-        self.inner.subscribe(subject)
-    }
-
-    fn request(
-        &self,
-        subject: String,
-        payload: Bytes,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Bytes, BusError>> {
-        self.inner.request(subject, payload, timeout)
-    }
-
-    fn flush(&self) -> BoxFuture<'_, Result<(), BusError>> {
-        self.inner.flush()
     }
 }
 
@@ -404,12 +366,12 @@ pub(crate) async fn scenario_kv_events_reach_the_index(bus: Arc<dyn Bus>) {
     let router = spawn_router(PoolRole::Aggregated).await;
     let registry = spawn_registry(&bus, vec![(PoolRole::Aggregated, router.clone())]).await;
     let kv = spawn_kv(&bus, PoolRole::Aggregated, &router).await;
-    let lossy: Arc<dyn Bus> = Arc::new(LossyBus {
-        inner: bus.clone(),
-        subject: subjects.kv_events(PoolRole::Aggregated),
-        lose: vec![2],
-        seen: AtomicU64::new(0),
-    });
+    let lossy: Arc<dyn Bus> = Arc::new(FaultBus::new(
+        bus.clone(),
+        subjects.kv_events(PoolRole::Aggregated),
+        2,
+        Fault::Drop,
+    ));
     let period = Duration::from_millis(100);
     let mut links = Vec::new();
     for w in 1..=3 {

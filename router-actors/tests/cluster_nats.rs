@@ -5,11 +5,9 @@
 //!
 //! Real sockets mean real time: waits poll with a bounded deadline; leases are short.
 
-use bytes::Bytes;
-use futures::future::BoxFuture;
+use router_actors::bus::Bus;
 use router_actors::bus::nats::NatsBus;
-use router_actors::bus::{Bus, BusError, Subscription};
-use router_actors::testkit::NatsServer;
+use router_actors::testkit::{Fault, FaultBus, NatsServer};
 use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_actors::{
     Node, NodeConfig, PeerSyncConfig, RouterHandle, RouterMsg, Topology, WorkerLink,
@@ -19,7 +17,7 @@ use router_core::{
     WorkerId, WorkerSpec,
 };
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -36,44 +34,6 @@ quantum = 100
 prefill_busy_threshold = 100000
 decode_busy_threshold_frac = 0.5
 "#;
-
-/// Drops the `nth` publish on subjects ending in `.bookings` (fault injection on a real bus).
-struct LossyBus {
-    inner: Arc<dyn Bus>,
-    nth: u64,
-    seen: AtomicU64,
-    dropped: AtomicU64,
-}
-
-impl Bus for LossyBus {
-    fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
-        if subject.ends_with(".bookings") {
-            let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-            if n == self.nth {
-                self.dropped.fetch_add(1, Ordering::SeqCst);
-                return Box::pin(async { Ok(()) });
-            }
-        }
-        self.inner.publish(subject, payload)
-    }
-
-    fn subscribe(&self, subject: String) -> BoxFuture<'_, Result<Subscription, BusError>> {
-        self.inner.subscribe(subject)
-    }
-
-    fn request(
-        &self,
-        subject: String,
-        payload: Bytes,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<Bytes, BusError>> {
-        self.inner.request(subject, payload, timeout)
-    }
-
-    fn flush(&self) -> BoxFuture<'_, Result<(), BusError>> {
-        self.inner.flush()
-    }
-}
 
 async fn bus(server: &NatsServer) -> Arc<dyn Bus> {
     Arc::new(
@@ -300,12 +260,12 @@ async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let inner = bus(&server).await;
-    let lossy = Arc::new(LossyBus {
+    let lossy = Arc::new(FaultBus::new(
         inner,
-        nth: 6,
-        seen: AtomicU64::new(0),
-        dropped: AtomicU64::new(0),
-    });
+        format!("{CLUSTER}.router.agg.bookings"),
+        6,
+        Fault::Drop,
+    ));
     let bus_b = bus(&server).await;
     let a = Node::start(
         config(1, Topology::Aggregated, PolicyProfile::fallback()),
@@ -333,7 +293,7 @@ async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
         || async { loads(&ra).await == loads(&rb).await },
     )
     .await;
-    assert_eq!(lossy.dropped.load(Ordering::SeqCst), 1, "the fault fired");
+    assert_eq!(lossy.injected.load(Ordering::SeqCst), 1, "the fault fired");
     let sync = b
         .peer_sync(PoolRole::Aggregated)
         .expect("pool")

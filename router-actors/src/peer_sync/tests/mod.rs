@@ -18,7 +18,6 @@ macro_rules! on_local_bus {
     };
 }
 
-mod fault;
 mod repairs;
 mod scenarios;
 

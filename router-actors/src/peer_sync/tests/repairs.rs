@@ -1,8 +1,8 @@
 //! Loss and repair: dropped, duplicated and never-sequenced messages, a snapshot that
 //! arrives late, and a lossy link. Faults come from `FaultBus` around the real bus.
 
-use super::fault::{Fault, FaultBus};
 use super::*;
+use crate::testkit::{Fault, FaultBus};
 
 on_local_bus!(
     a_dropped_message_is_detected_as_a_gap_and_repaired_by_snapshot,

@@ -9,13 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// What happens to a chosen publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fault {
+pub enum Fault {
     Drop,
     Duplicate,
 }
 
-pub(super) struct FaultBus {
+/// A real bus with chosen publishes on one subject dropped or duplicated.
+pub struct FaultBus {
     inner: Arc<dyn Bus>,
     subject: String,
     pick: Box<dyn Fn(u64) -> bool + Send + Sync>,
@@ -23,17 +25,17 @@ pub(super) struct FaultBus {
     /// Answers to requests made through this wrapper are held back this long.
     reply_delay: Duration,
     seen: AtomicU64,
-    pub(super) injected: AtomicU64,
+    pub injected: AtomicU64,
 }
 
 impl FaultBus {
     /// Faults the `nth` publish on `subject` (1-based).
-    pub(super) fn new(inner: Arc<dyn Bus>, subject: String, nth: u64, fault: Fault) -> Self {
+    pub fn new(inner: Arc<dyn Bus>, subject: String, nth: u64, fault: Fault) -> Self {
         Self::picking(inner, subject, Box::new(move |i| i == nth), fault)
     }
 
     /// Faults every publish on `subject` whose 1-based index `pick` selects.
-    pub(super) fn picking(
+    pub fn picking(
         inner: Arc<dyn Bus>,
         subject: String,
         pick: Box<dyn Fn(u64) -> bool + Send + Sync>,
@@ -53,7 +55,7 @@ impl FaultBus {
 
 impl FaultBus {
     /// Holds back every answer to a request by `delay` (tokio time).
-    pub(super) fn delaying_replies(mut self, delay: Duration) -> Self {
+    pub fn delaying_replies(mut self, delay: Duration) -> Self {
         self.reply_delay = delay;
         self
     }
@@ -97,5 +99,15 @@ impl Bus for FaultBus {
 
     fn flush(&self) -> BoxFuture<'_, Result<(), BusError>> {
         self.inner.flush()
+    }
+}
+
+impl std::fmt::Debug for FaultBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultBus")
+            .field("subject", &self.subject)
+            .field("fault", &self.fault)
+            .field("injected", &self.injected)
+            .finish_non_exhaustive()
     }
 }

