@@ -528,3 +528,42 @@ async fn an_unpulled_room_is_stranded_and_a_decode_worker_without_its_kv_recompu
         .unwrap();
     assert_eq!(response.status(), 400);
 }
+
+#[tokio::test]
+async fn a_prefill_leg_failing_after_the_decode_stream_began_cuts_it_and_releases_both_pools() {
+    // The prefill stand-in answers 200 and breaks its body after 300 ms; the decode stand-in
+    // streams at once, a chunk every 20 ms.
+    let prefill = spawn_faulty_worker(5, 300 * MS, Fault::BreakAfter(0)).await;
+    let decode = spawn_faulty_worker(200, 20 * MS, Fault::None).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &prefill.url)
+        .await;
+    fleet
+        .announce(DECODE_ID, PoolRole::Decode, &decode.url)
+        .await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(30, 2), "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut text = Vec::new();
+    let mut broken = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(chunk) => text.extend_from_slice(&chunk),
+            Err(_) => {
+                broken = true;
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(broken || !text.contains("[DONE]"), "{text}");
+    assert!(text.contains("tok"), "the decode stream had begun: {text}");
+    fe.assert_idle().await;
+}
