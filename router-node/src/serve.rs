@@ -167,7 +167,9 @@ async fn serve_node(
         ..state
     };
     let state = match decode {
-        Some(decode) => state.with_decode(decode),
+        Some(decode) => state
+            .with_decode(decode)
+            .with_convention(config.disagg.convention),
         None => state,
     };
     let local = listener.local_addr().map_err(ServeError::Http)?;

@@ -211,6 +211,14 @@ impl Config {
                 ),
             ));
         }
+        if self.disagg.convention != crate::frontend::DisaggConvention::Vllm
+            && n.topology != super::TopologyKind::Disaggregated
+        {
+            return Err(ConfigError::invalid(
+                "disagg.convention",
+                "\"sglang\" needs node.topology = \"disaggregated\"",
+            ));
+        }
         if !self.bus.nats_url.contains("://") && self.bus.kind == super::BusKind::Nats {
             return Err(ConfigError::invalid(
                 "bus.nats_url",

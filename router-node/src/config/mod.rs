@@ -26,7 +26,7 @@ mod load;
 
 pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
 
-use crate::frontend::TiktokenEncoding;
+use crate::frontend::{DisaggConvention, TiktokenEncoding};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -43,6 +43,17 @@ pub struct Config {
     pub scheduler: SchedulerSection,
     pub telemetry: TelemetrySection,
     pub tokenizer: TokenizerSection,
+    pub disagg: DisaggSection,
+}
+
+/// `[disagg]`: the disaggregated path (`node.topology = "disaggregated"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DisaggSection {
+    /// How the prefill and decode legs meet: `"vllm"` (prefill first, its
+    /// `kv_transfer_params` handed to the decode leg) or `"sglang"` (both legs at once with
+    /// `bootstrap_host` / `bootstrap_port` / `bootstrap_room`).
+    pub convention: DisaggConvention,
 }
 
 /// Aggregated workers (one pool), or a prefill pool and a decode pool.

@@ -231,3 +231,21 @@ fn the_example_file_is_the_defaults() {
     let text = include_str!("../../node.example.toml");
     assert_eq!(parse(text).unwrap(), Config::default());
 }
+
+#[test]
+fn the_disagg_convention_is_vllm_or_sglang_and_sglang_needs_the_disaggregated_topology() {
+    assert_eq!(
+        parse("").unwrap().disagg.convention,
+        crate::frontend::DisaggConvention::Vllm
+    );
+    let config =
+        parse("[node]\ntopology = \"disaggregated\"\n[disagg]\nconvention = \"sglang\"\n").unwrap();
+    assert_eq!(
+        config.disagg.convention,
+        crate::frontend::DisaggConvention::Sglang
+    );
+    let err = parse("[disagg]\nconvention = \"sglang\"\n").unwrap_err();
+    assert!(err.to_string().starts_with("disagg.convention"), "{err}");
+    let err = parse("[disagg]\nconvention = \"tgi\"\n").unwrap_err();
+    assert!(err.to_string().contains("tgi"), "{err}");
+}

@@ -27,21 +27,61 @@
 //!
 //! Not done here: KV staged on a prefill worker whose decode leg never starts is left to
 //! the worker's staging timeout (vLLM has no call to drop it).
+//!
+//! # The SGLang convention ([`DisaggConvention::Sglang`])
+//!
+//! 1. As above, the prefill leg is routed on the prefill router (the gate, with its decode
+//!    reservation); then at once the decode leg is routed on the decode router
+//!    (`Phase::Decode { staged: true }`, admitted upstream, converting the reservation).
+//!    Both bookings exist before anything is sent.
+//! 2. Both legs are sent at the same time, with the same three fields added at the top
+//!    level of the body:
+//!    ```json
+//!    "bootstrap_host": "10.0.0.7", "bootstrap_port": 8001, "bootstrap_room": 1234567890123
+//!    ```
+//!    `bootstrap_host` / `bootstrap_port` are the host and port of the prefill worker's
+//!    endpoint (its HTTP address: the simulated worker serves its bootstrap there),
+//!    `bootstrap_room` a random u64 per request. The prefill worker gets the client's body
+//!    non-streaming with `max_tokens: 1` (and `max_completion_tokens: 1` when given), no
+//!    `stream_options`; its answer is read (any 2xx) and discarded. The decode worker gets
+//!    the client's body and is proxied exactly like an aggregated worker ([`forward`]).
+//! 3. The prefill booking ends (`prefill_done`, `release`) when the prefill worker answers.
+//!    A failed prefill leg (connect error, non-2xx, a broken or too large answer) drops the
+//!    decode leg's request or response stream (the client's stream is cut when it had
+//!    begun, else the error is answered as on the vLLM path: `prefill_status` ...); a failed
+//!    decode leg drops the prefill leg's request. Either way both bookings and the
+//!    reservation are released, as they are when the client goes away.
 
 use super::AppState;
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
 use super::proxy::{BookingGuard, forward, upstream_status};
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use router_actors::RouterHandle;
 use router_actors::router::ActorGone;
 use router_core::{
     Admission, Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp, WorkerId,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use tokio::sync::OwnedSemaphorePermit;
+
+/// How the prefill and decode legs of a disaggregated request meet (`[disagg] convention`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DisaggConvention {
+    /// The prefill leg first; its `kv_transfer_params` go to the decode leg.
+    #[default]
+    Vllm,
+    /// Both legs at once, meeting at the prefill worker's bootstrap room.
+    Sglang,
+}
 
 /// The body field carrying the P/D transfer parameters.
 const KV_TRANSFER: &str = "kv_transfer_params";
@@ -118,6 +158,9 @@ pub(super) async fn admit_and_forward(
     state
         .metrics
         .admitted(d.class, started.elapsed(), admission.waited);
+    if state.convention == DisaggConvention::Sglang {
+        return sglang_legs(state, decode, d, id, admission.rank.worker, hold).await;
+    }
     let params = prefill_leg(state, &d.request, admission.rank.worker, d.headers).await?;
     hold.staged();
 
@@ -182,6 +225,13 @@ fn admitted(
 /// The prefill worker's body: the client's, non-streaming, one output token, asking the
 /// worker to keep the KV for a remote decode.
 fn prefill_body(request: &ParsedRequest) -> Vec<u8> {
+    let mut body = one_token_body(request);
+    body.insert(KV_TRANSFER.to_owned(), json!({"do_remote_decode": true}));
+    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+}
+
+/// The client's body, non-streaming, one output token.
+fn one_token_body(request: &ParsedRequest) -> Map<String, Value> {
     let mut body = request.body.clone();
     body.insert("stream".to_owned(), Value::Bool(false));
     body.remove("stream_options");
@@ -189,8 +239,7 @@ fn prefill_body(request: &ParsedRequest) -> Vec<u8> {
     if body.contains_key("max_completion_tokens") {
         body.insert("max_completion_tokens".to_owned(), json!(1));
     }
-    body.insert(KV_TRANSFER.to_owned(), json!({"do_remote_decode": true}));
-    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+    body
 }
 
 /// Sends the prefill leg to `worker` and returns its `kv_transfer_params`.
@@ -200,6 +249,31 @@ async fn prefill_leg(
     worker: WorkerId,
     client_headers: &HeaderMap,
 ) -> Result<Value, ApiError> {
+    let call = prefill_call(
+        state,
+        request,
+        worker,
+        client_headers,
+        prefill_body(request),
+    )?;
+    let body = prefill_answer(call, worker, state.limits.max_response_bytes).await?;
+    transfer_params(&body).map_err(|why| {
+        ApiError::upstream(
+            Stage::Upstream,
+            "prefill_bad_params",
+            format!("prefill {worker}: {why}"),
+        )
+    })
+}
+
+/// The prefill leg's HTTP call to `worker` with `body`.
+fn prefill_call(
+    state: &AppState,
+    request: &ParsedRequest,
+    worker: WorkerId,
+    client_headers: &HeaderMap,
+    body: Vec<u8>,
+) -> Result<reqwest::RequestBuilder, ApiError> {
     let base = state
         .directory
         .endpoint(worker)
@@ -210,12 +284,21 @@ async fn prefill_leg(
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
-        .body(prefill_body(request));
+        .body(body);
     for name in ["traceparent", "tracestate"] {
         if let Some(value) = client_headers.get(name) {
             call = call.header(name, value.clone());
         }
     }
+    Ok(call)
+}
+
+/// Sends the prefill leg and reads its (2xx) answer, at most `limit` bytes.
+async fn prefill_answer(
+    call: reqwest::RequestBuilder,
+    worker: WorkerId,
+    limit: usize,
+) -> Result<Vec<u8>, ApiError> {
     let response = call.send().await.map_err(|e| {
         ApiError::upstream(
             Stage::Dispatch,
@@ -231,7 +314,6 @@ async fn prefill_leg(
         err.reason = "prefill_status";
         return Err(err);
     }
-    let limit = state.limits.max_response_bytes;
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -251,13 +333,169 @@ async fn prefill_leg(
         }
         body.extend_from_slice(&chunk);
     }
-    transfer_params(&body).map_err(|why| {
+    Ok(body)
+}
+
+/// The SGLang convention: books the decode leg right after the prefill admission, then runs
+/// both legs at once (see the module doc).
+async fn sglang_legs(
+    state: &AppState,
+    decode: &RouterHandle,
+    d: Disagg<'_>,
+    id: RequestId,
+    prefill_worker: WorkerId,
+    mut hold: PrefillHold,
+) -> Result<Response, ApiError> {
+    let outcome = decode
+        .route(route_request(state, &d, id, Phase::Decode { staged: true }))
+        .await;
+    let admission = admitted(state, decode, id, outcome)?;
+    hold.converted();
+    let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(d.permit);
+    let (host, port) = bootstrap_address(state, prefill_worker)?;
+    let room = uuid::Uuid::new_v4().as_u64_pair().0;
+    let mut request = d.request;
+    request.body.extend(bootstrap_fields(&host, port, room));
+    let call = prefill_call(
+        state,
+        &request,
+        prefill_worker,
+        d.headers,
+        sglang_prefill_body(&request),
+    )?;
+    let mut prefill: PrefillFuture = Box::pin(prefill_answer(
+        call,
+        prefill_worker,
+        state.limits.max_response_bytes,
+    ));
+    let decode_leg = forward(
+        state,
+        &request,
+        admission.rank.worker,
+        d.headers,
+        d.class,
+        guard,
+    );
+    tokio::pin!(decode_leg);
+    tokio::select! {
+        answer = &mut prefill => {
+            // A failure drops the decode leg (its guard releases the decode booking) and
+            // the hold (the prefill booking).
+            answer?;
+            hold.staged();
+            drop(hold);
+            decode_leg.await
+        }
+        response = &mut decode_leg => {
+            // A failure drops the prefill leg's request and the hold.
+            let response = response?;
+            Ok(with_prefill(response, prefill, hold))
+        }
+    }
+}
+
+/// The three SGLang fields both legs carry.
+fn bootstrap_fields(host: &str, port: u16, room: u64) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("bootstrap_host".to_owned(), json!(host));
+    fields.insert("bootstrap_port".to_owned(), json!(port));
+    fields.insert("bootstrap_room".to_owned(), json!(room));
+    fields
+}
+
+/// The prefill worker's body under the SGLang convention (`request` carries the bootstrap
+/// fields already).
+fn sglang_prefill_body(request: &ParsedRequest) -> Vec<u8> {
+    serde_json::to_vec(&Value::Object(one_token_body(request))).unwrap_or_default()
+}
+
+/// The host and port of `worker`'s endpoint.
+fn bootstrap_address(state: &AppState, worker: WorkerId) -> Result<(String, u16), ApiError> {
+    let base = state
+        .directory
+        .endpoint(worker)
+        .ok_or_else(|| ApiError::no_endpoint(worker))?;
+    let bad = |why: &str| {
         ApiError::upstream(
-            Stage::Upstream,
-            "prefill_bad_params",
-            format!("prefill {worker}: {why}"),
+            Stage::Dispatch,
+            "prefill_bad_endpoint",
+            format!("prefill {worker}: endpoint {base:?} {why}"),
         )
-    })
+    };
+    let url = reqwest::Url::parse(&base).map_err(|_| bad("is not a URL"))?;
+    let host = url
+        .host_str()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("has no host"))?;
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| bad("has no port"))?;
+    Ok((host, port))
+}
+
+/// The prefill leg in flight (owns everything it needs).
+type PrefillFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, ApiError>> + Send>>;
+
+/// The decode leg's response, whose body also drives the still unanswered prefill leg: its
+/// answer ends the prefill booking, its failure cuts the stream.
+fn with_prefill(response: Response, prefill: PrefillFuture, hold: PrefillHold) -> Response {
+    let (parts, body) = response.into_parts();
+    let watched = PrefillWatch {
+        inner: Some(body.into_data_stream()),
+        prefill: Some(prefill),
+        hold: Some(hold),
+    };
+    Response::from_parts(parts, Body::from_stream(watched))
+}
+
+/// See [`with_prefill`].
+struct PrefillWatch {
+    inner: Option<axum::body::BodyDataStream>,
+    prefill: Option<PrefillFuture>,
+    hold: Option<PrefillHold>,
+}
+
+impl Stream for PrefillWatch {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(prefill) = this.prefill.as_mut()
+            && let Poll::Ready(answer) = prefill.as_mut().poll(cx)
+        {
+            this.prefill = None;
+            match answer {
+                Ok(_) => {
+                    if let Some(mut hold) = this.hold.take() {
+                        hold.staged();
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(reason = e.reason, error = %e.message, "the prefill leg failed mid-stream");
+                    // Dropping the decode stream releases its booking.
+                    this.inner = None;
+                    this.hold = None;
+                    return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::other(
+                        e.message,
+                    )))));
+                }
+            }
+        }
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match inner.poll_next_unpin(cx) {
+            Poll::Ready(None) => {
+                // The decode leg is done: its KV came over, the prefill answer is moot.
+                this.inner = None;
+                this.prefill = None;
+                this.hold = None;
+                Poll::Ready(None)
+            }
+            other => other,
+        }
+    }
 }
 
 /// The `kv_transfer_params` of a prefill worker's JSON answer: an object with
@@ -295,6 +533,25 @@ mod tests {
         assert_eq!(body["x"], 1);
         assert!(body.get("stream_options").is_none());
         assert_eq!(body[KV_TRANSFER], json!({"do_remote_decode": true}));
+    }
+
+    #[test]
+    fn the_sglang_prefill_body_carries_the_bootstrap_fields_and_asks_for_one_token() {
+        let mut request = ParsedRequest::parse(
+            Endpoint::Completions,
+            br#"{"model":"m","prompt":"hi","stream":true,"max_tokens":50}"#,
+        )
+        .expect("valid");
+        request
+            .body
+            .extend(bootstrap_fields("10.0.0.7", 8001, u64::MAX));
+        let body: Value = serde_json::from_slice(&sglang_prefill_body(&request)).expect("json");
+        assert_eq!(body["stream"], false);
+        assert_eq!(body["max_tokens"], 1);
+        assert_eq!(body["bootstrap_host"], "10.0.0.7");
+        assert_eq!(body["bootstrap_port"], 8001);
+        assert_eq!(body["bootstrap_room"], u64::MAX);
+        assert!(body.get(KV_TRANSFER).is_none());
     }
 
     #[test]

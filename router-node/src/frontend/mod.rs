@@ -26,6 +26,7 @@ mod proxy;
 mod tokenizer;
 
 pub use chat_template::{ChatTemplate, ChatTemplateError};
+pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use metrics::Metrics;
@@ -117,6 +118,8 @@ pub struct AppState {
     pub router: RouterHandle,
     /// The paired decode pool: requests then run a prefill and a decode leg (`disagg`).
     pub decode: Option<RouterHandle>,
+    /// How the two legs of a disaggregated request meet (vLLM or SGLang, see `disagg`).
+    pub convention: DisaggConvention,
     pub directory: Arc<dyn WorkerDirectory>,
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
@@ -156,6 +159,7 @@ impl AppState {
             permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
             decode: None,
+            convention: DisaggConvention::default(),
             directory,
             http: limits.http_client()?,
             metrics: Arc::new(Metrics::new()),
@@ -171,6 +175,12 @@ impl AppState {
     /// paired decode pool's (the directory must know both pools' workers).
     pub fn with_decode(mut self, decode: RouterHandle) -> Self {
         self.decode = Some(decode);
+        self
+    }
+
+    /// Sets the P/D convention of the disaggregated path (default: vLLM's).
+    pub fn with_convention(mut self, convention: DisaggConvention) -> Self {
+        self.convention = convention;
         self
     }
 

@@ -135,7 +135,8 @@ impl EngineHandle {
         }
     }
 
-    /// Frees a staged request's KV (the decode side pulled it). False when not staged.
+    /// Frees a staged request's KV (the decode side pulled it). False when not staged, or
+    /// while the pass that staged it is not over (the request has not finished yet).
     pub async fn release(&self, id: RequestId) -> Result<bool, EngineGone> {
         let (reply, answer) = oneshot::channel();
         self.tx
@@ -293,7 +294,11 @@ impl Task {
             }
             Command::Cancel(id) => self.cancel(id),
             Command::Release { id, reply } => {
-                let released = self.engine.release_staged(id);
+                // The engine stages a request's KV when it computes its last pass; the KV
+                // is ready only once that pass's time is over and the request finished (its
+                // sink is gone). Until then a pull finds nothing (SGLang's decode leg, sent
+                // with the prefill leg, retries).
+                let released = !self.sinks.contains_key(&id) && self.engine.release_staged(id);
                 if released {
                     self.stats.pulled += 1;
                 }

@@ -24,6 +24,19 @@ use tokio::sync::mpsc;
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// The filler text of one generated token.
 pub const TOKEN_TEXT: &str = "tok ";
+/// SGLang convention: how long a decode worker waits for the room's KV to be staged (both
+/// legs start at once), at most its pull timeout.
+const BOOTSTRAP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Between two bootstrap pulls answered "not staged (yet)".
+const BOOTSTRAP_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+/// The high half of the request id a prefill worker stages a bootstrap room's KV under
+/// (the low half is the room); never a UUID v7 of an ordinary request.
+const ROOM_ID_TAG: u64 = 0x5347_4c41_4e47_0000;
+
+/// The request id a bootstrap room's KV is staged under.
+fn room_id(room: u64) -> RequestId {
+    RequestId(uuid::Uuid::from_u64_pair(ROOM_ID_TAG, room))
+}
 
 #[derive(Clone)]
 pub(super) struct WorkerState {
@@ -62,6 +75,7 @@ pub(super) fn app(state: WorkerState) -> Router {
         .route("/health", get(health))
         .route("/load", get(load))
         .route("/v1/kv/pull/{request_id}", post(pull))
+        .route("/v1/kv/bootstrap/{room}", post(bootstrap))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -145,6 +159,68 @@ async fn pull(State(state): State<WorkerState>, Path(request_id): Path<String>) 
         ),
         Err(_) => engine_gone(),
     }
+}
+
+/// SGLang convention: the decode side took the KV staged under `room`.
+async fn bootstrap(State(state): State<WorkerState>, Path(room): Path<String>) -> Response {
+    let Ok(room) = room.parse::<u64>() else {
+        return ApiError::bad_field("room", "must be an unsigned 64-bit integer").into_response();
+    };
+    if state.cfg.role != Role::Prefill {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_staged",
+            "this worker is not a prefill worker",
+        );
+    }
+    match state.engine.release(room_id(room)).await {
+        Ok(true) => Json(json!({"bootstrap_room": room, "released": true})).into_response(),
+        Ok(false) => error(
+            StatusCode::NOT_FOUND,
+            "not_staged",
+            format!("no staged KV in room {room} (not yet, pulled already, or expired)"),
+        ),
+        Err(_) => engine_gone(),
+    }
+}
+
+/// The SGLang fields of a request (`bootstrap_room`, with `bootstrap_host` and
+/// `bootstrap_port` on the decode side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bootstrap {
+    room: u64,
+    /// Host and port of the prefill worker (absent on a prefill-only body).
+    peer: Option<(String, u16)>,
+}
+
+fn parse_bootstrap(body: &Map<String, Value>) -> Result<Option<Bootstrap>, ApiError> {
+    let room = match body.get("bootstrap_room") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(room) => room
+            .as_u64()
+            .ok_or_else(|| bad("bootstrap_room", "must be an unsigned 64-bit integer"))?,
+    };
+    let host = match body.get("bootstrap_host") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(h)) if !h.is_empty() => Some(h.clone()),
+        Some(_) => return Err(bad("bootstrap_host", "must be a non-empty string")),
+    };
+    let port = match body.get("bootstrap_port") {
+        None | Some(Value::Null) => None,
+        Some(p) => Some(
+            p.as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| bad("bootstrap_port", "must be a port number"))?,
+        ),
+    };
+    let peer = match (host, port) {
+        (Some(host), Some(port)) => Some((host, port)),
+        (None, None) => None,
+        (None, Some(_)) => return Err(bad("bootstrap_host", "must be given with bootstrap_port")),
+        (Some(_), None) => return Err(bad("bootstrap_port", "must be given with bootstrap_host")),
+    };
+    Ok(Some(Bootstrap { room, peer }))
 }
 
 /// What `kv_transfer_params` asks of this request.
@@ -355,6 +431,7 @@ async fn try_generate(
         Some(_) => return Err(bad("cache_salt", "must be a string")),
     };
     let transfer = parse_transfer(&request.body)?;
+    let bootstrap = parse_bootstrap(&request.body)?;
     let lora = state
         .cfg
         .loras
@@ -364,24 +441,40 @@ async fn try_generate(
     let ns = namespace(lora.as_deref(), cache_salt.as_deref());
     let tokens = state.cfg.prompter.tokenize(request.prompt.clone()).await;
     let prompt_tokens = tokens.len();
-    let id = RequestId(uuid::Uuid::now_v7());
-    let stage = state.cfg.role == Role::Prefill && transfer == Transfer::RemoteDecode;
-    let staged_prefix = match &transfer {
-        Transfer::RemotePrefill {
-            host,
-            port,
-            request_id,
-        } if state.cfg.role != Role::Prefill => {
-            if pull_kv(&state.http, host, *port, request_id).await {
-                Some(prompt_tokens)
-            } else {
-                state.pull_failures.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+    let is_prefill = state.cfg.role == Role::Prefill;
+    // SGLang: a prefill worker stages the KV under the room (its id names the room).
+    let room = bootstrap.as_ref().filter(|_| is_prefill).map(|b| b.room);
+    let id = room.map_or_else(|| RequestId(uuid::Uuid::now_v7()), room_id);
+    let stage = is_prefill && (transfer == Transfer::RemoteDecode || room.is_some());
+    let pulled = if let Some(b) = bootstrap.as_ref().filter(|_| !is_prefill) {
+        // SGLang: the KV of the room, once the prefill worker has staged it.
+        let Some((host, port)) = &b.peer else {
+            return Err(bad(
+                "bootstrap_host",
+                "a decode worker needs bootstrap_host and bootstrap_port with bootstrap_room",
+            ));
+        };
+        let wait = BOOTSTRAP_WAIT.min(state.cfg.pull_timeout);
+        Some(bootstrap_pull(&state.http, host, *port, b.room, wait).await)
+    } else {
+        match &transfer {
+            Transfer::RemotePrefill {
+                host,
+                port,
+                request_id,
+            } if !is_prefill => Some(pull_kv(&state.http, host, *port, request_id).await),
+            _ => None,
         }
-        _ => None,
     };
-    let transfer_params = stage.then(|| {
+    let staged_prefix = match pulled {
+        Some(true) => Some(prompt_tokens),
+        Some(false) => {
+            state.pull_failures.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        None => None,
+    };
+    let transfer_params = (stage && transfer == Transfer::RemoteDecode).then(|| {
         let block_ids: Vec<u64> =
             token_sequence_hashes(&tokens, state.cfg.block_size, ns.as_deref())
                 .into_iter()
@@ -449,6 +542,48 @@ async fn pull_kv(http: &reqwest::Client, host: &str, port: u16, request_id: &str
             tracing::debug!(%url, error = %e, "KV pull failed");
             false
         }
+    }
+}
+
+/// SGLang convention: takes the KV staged in `room` on the prefill worker at `host:port`,
+/// retrying while it is not staged yet (both legs start at once) for up to `wait`; false
+/// when it never came (the prompt is then recomputed).
+async fn bootstrap_pull(
+    http: &reqwest::Client,
+    host: &str,
+    port: u16,
+    room: u64,
+    wait: std::time::Duration,
+) -> bool {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let url = format!("http://{host}:{port}/v1/kv/bootstrap/{room}");
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let call = http.post(&url).timeout(wait).send();
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(response)) if response.status().is_success() => return true,
+            Ok(Ok(response)) if response.status() == StatusCode::NOT_FOUND => {
+                tracing::trace!(%url, "KV not staged yet");
+            }
+            Ok(Ok(response)) => {
+                tracing::debug!(%url, status = %response.status(), "bootstrap pull refused");
+                return false;
+            }
+            Ok(Err(e)) => tracing::debug!(%url, error = %e, "bootstrap pull failed"),
+            Err(_) => {
+                tracing::debug!(%url, "bootstrap pull timed out");
+                return false;
+            }
+        }
+        if tokio::time::Instant::now() + BOOTSTRAP_RETRY >= deadline {
+            tracing::debug!(%url, "the room's KV was never staged");
+            return false;
+        }
+        tokio::time::sleep(BOOTSTRAP_RETRY).await;
     }
 }
 
@@ -556,5 +691,49 @@ impl StreamState {
             self.out
                 .push_back(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
         }
+    }
+}
+
+#[cfg(test)]
+mod bootstrap_tests {
+    use super::*;
+
+    fn body(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn bootstrap_fields_are_parsed_and_checked() {
+        assert_eq!(parse_bootstrap(&body(json!({"x": 1}))).ok(), Some(None));
+        assert_eq!(
+            parse_bootstrap(&body(json!({"bootstrap_room": 7}))).ok(),
+            Some(Some(Bootstrap {
+                room: 7,
+                peer: None
+            }))
+        );
+        assert_eq!(
+            parse_bootstrap(&body(json!({"bootstrap_room": 7, "bootstrap_host": "h",
+                                         "bootstrap_port": 9})))
+            .ok(),
+            Some(Some(Bootstrap {
+                room: 7,
+                peer: Some(("h".to_owned(), 9))
+            }))
+        );
+        for bad in [
+            json!({"bootstrap_room": -1}),
+            json!({"bootstrap_room": "7"}),
+            json!({"bootstrap_room": 7, "bootstrap_host": "h"}),
+            json!({"bootstrap_room": 7, "bootstrap_port": 9}),
+            json!({"bootstrap_room": 7, "bootstrap_host": "", "bootstrap_port": 9}),
+            json!({"bootstrap_room": 7, "bootstrap_host": "h", "bootstrap_port": 70000}),
+        ] {
+            assert!(parse_bootstrap(&body(bad.clone())).is_err(), "{bad}");
+        }
+        assert_ne!(room_id(7), room_id(8));
     }
 }

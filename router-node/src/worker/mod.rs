@@ -33,6 +33,10 @@
 //! - `POST /v1/kv/pull/{request_id}` (prefill role): the decode side took the staged KV of
 //!   `request_id`; 200 `{"request_id","released":true}` frees it, 404 when it is not staged
 //!   (unknown, pulled already, or expired), 400 when the id is not a UUID.
+//! - `POST /v1/kv/bootstrap/{room}` (prefill role, SGLang convention): the decode side took
+//!   the KV staged under bootstrap room `room` (a u64); 200 `{"bootstrap_room","released":true}`
+//!   frees it, 404 when it is not staged (not yet, pulled already, or expired), 400 when
+//!   `room` is not a u64.
 //!
 //! # Prefill / decode (vLLM `kv_transfer_params` convention)
 //!
@@ -58,6 +62,27 @@
 //!    the whole prompt staged ([`SeqRequest::staged_prefix`]): blocks, no prefill compute.
 //!    A failed pull (unreachable, 404, timeout [`SimConfig::pull_timeout`]) is counted as
 //!    `pull_failures` and the prompt is recomputed locally, like vLLM's recompute policy.
+//!
+//! # Prefill / decode (SGLang bootstrap convention)
+//!
+//! The proxy sends both legs at once, each body with the same three top-level fields:
+//! ```json
+//! "bootstrap_host": "127.0.0.1", "bootstrap_port": 8001, "bootstrap_room": 1234567890123
+//! ```
+//! (host and port: the prefill worker's HTTP address, where this simulator serves its
+//! bootstrap; room: a u64 naming the request on both sides).
+//!
+//! 1. A prefill-role worker given `bootstrap_room` runs the request (usually `max_tokens: 1`)
+//!    and stages its KV under the room, then answers as usual (no `kv_transfer_params`).
+//!    Unpulled staged KV is freed after [`SimConfig::staging_timeout`] (`stranded`). A room
+//!    already in flight on this worker is a 500 `duplicate_request`.
+//! 2. A decode (or agg) worker given all three fields pulls with
+//!    `POST http://<bootstrap_host>:<bootstrap_port>/v1/kv/bootstrap/<bootstrap_room>`,
+//!    retrying every 10 ms while the answer is 404 or the connection fails (the prefill may
+//!    still be running) for at most 2 s (and at most [`SimConfig::pull_timeout`]); then it
+//!    decodes with the whole prompt staged. A pull that never succeeds is counted in
+//!    `pull_failures` and the prompt is recomputed. `bootstrap_room` without host and port
+//!    is a 400 on a non-prefill worker.
 //!
 //! The modelled KV transfer takes no time (the reference's bandwidth model is not applied).
 //!

@@ -1,0 +1,569 @@
+//! The disaggregated frontend with the SGLang convention (`[disagg] convention = "sglang"`):
+//! a node's prefill and decode RouterActors on a `LocalBus`, simulated workers in the prefill
+//! and decode pools, and real HTTP. Both legs are booked, then sent at once with
+//! `bootstrap_host` / `bootstrap_port` / `bootstrap_room`; the decode worker pulls the KV
+//! from the prefill worker's bootstrap room. Every test ends with both ledgers idle and no
+//! reservation left.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use futures::StreamExt;
+use router_actors::bus::Bus;
+use router_actors::bus::local::LocalBus;
+use router_actors::wire::{Subjects, WorkerAnnounce};
+use router_actors::{Node, NodeConfig, PeerSyncConfig, RouterHandle, Topology, WorkerLink};
+use router_core::ledger::LedgerSnapshot;
+use router_core::{PolicyProfile, PoolRole, RouterId, WorkerId, WorkerSpec};
+use router_node::engine::Role;
+use router_node::frontend::{AppState, DisaggConvention, Limits, StaticDirectory, serve};
+use router_node::worker::{SimConfig, SimWorker};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use support::{Fault, error_of, spawn_faulty_worker};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+const MS: Duration = Duration::from_millis(1);
+const CLUSTER: &str = "switchyard";
+
+/// One class; a decode rank has room while booked + reserved + need ≤ half its KV.
+const PROFILE: &str = r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 20000
+quantum = 100
+prefill_busy_threshold = 100000
+decode_busy_threshold_frac = 0.5
+"#;
+
+const PREFILL_ID: u64 = 1;
+const DECODE_ID: u64 = 11;
+
+struct Fleet {
+    node: Node,
+    profile: &'static str,
+    bus: Arc<dyn Bus>,
+    directory: HashMap<WorkerId, String>,
+    workers: Vec<SimWorker>,
+    links: Vec<WorkerLink>,
+}
+
+struct Frontend {
+    url: String,
+    state: AppState,
+    prefill: RouterHandle,
+    decode: RouterHandle,
+    http: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+    _fleet: Fleet,
+}
+
+async fn fleet() -> Fleet {
+    fleet_with(PROFILE).await
+}
+
+async fn fleet_with(profile: &'static str) -> Fleet {
+    let mut config = NodeConfig::new(
+        CLUSTER,
+        RouterId(uuid::Uuid::from_u128(7)),
+        Topology::Disaggregated,
+        PolicyProfile::from_toml_str(profile).unwrap(),
+    );
+    config.peer_sync = PeerSyncConfig {
+        snapshot_window: 50 * MS,
+        snapshot_timeout: 100 * MS,
+        ..PeerSyncConfig::default()
+    };
+    config.recheck_every = 100 * MS;
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let node = Node::start(config, Arc::clone(&bus)).await.unwrap();
+    Fleet {
+        node,
+        profile,
+        bus,
+        directory: HashMap::new(),
+        workers: Vec::new(),
+        links: Vec::new(),
+    }
+}
+
+impl Fleet {
+    /// A simulated worker announcing itself in its role's pool.
+    async fn sim(&mut self, id: u64, role: Role, total_kv_blocks: usize, speedup: f64) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cfg = SimConfig {
+            worker_id: WorkerId(id),
+            role,
+            total_kv_blocks,
+            speedup,
+            heartbeat: 100 * MS,
+            cluster: CLUSTER.to_owned(),
+            ..SimConfig::default()
+        };
+        let worker = SimWorker::start(listener, Arc::clone(&self.bus), cfg)
+            .await
+            .unwrap();
+        self.directory
+            .insert(WorkerId(id), worker.endpoint().to_owned());
+        self.workers.push(worker);
+    }
+
+    /// A simulated worker with a staging timeout of `staging` (prefill role).
+    async fn sim_staging(&mut self, id: u64, role: Role, staging: Duration) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cfg = SimConfig {
+            worker_id: WorkerId(id),
+            role,
+            speedup: 20.0,
+            staging_timeout: staging,
+            heartbeat: 100 * MS,
+            cluster: CLUSTER.to_owned(),
+            ..SimConfig::default()
+        };
+        let worker = SimWorker::start(listener, Arc::clone(&self.bus), cfg)
+            .await
+            .unwrap();
+        self.directory
+            .insert(WorkerId(id), worker.endpoint().to_owned());
+        self.workers.push(worker);
+    }
+
+    /// A worker announced at `endpoint` without a simulated engine behind it.
+    async fn announce(&mut self, id: u64, pool: PoolRole, endpoint: &str) {
+        let announce = WorkerAnnounce {
+            spec: WorkerSpec::new(id, 1, 16_384, 8192),
+            pool,
+            endpoint: endpoint.to_owned(),
+            heartbeat_ms: 0,
+            lease_ms: 5_000,
+        };
+        let link = WorkerLink::start(
+            Arc::clone(&self.bus),
+            &Subjects::new(CLUSTER),
+            announce,
+            100 * MS,
+        )
+        .await
+        .unwrap();
+        self.directory.insert(WorkerId(id), endpoint.to_owned());
+        self.links.push(link);
+    }
+
+    /// The frontend over the node's two pools, once the node admits and both pools know
+    /// their worker.
+    async fn frontend(self) -> Frontend {
+        let mut ready = self.node.ready();
+        tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+            .await
+            .expect("node ready in time")
+            .unwrap();
+        let prefill = self.node.router(PoolRole::Prefill).unwrap().clone();
+        let decode = self.node.router(PoolRole::Decode).unwrap().clone();
+        for router in [&prefill, &decode] {
+            eventually("both pools know their worker", || async {
+                !ledger(router).await.ranks.is_empty()
+            })
+            .await;
+        }
+        let (_ready_tx, ready_rx) = watch::channel(true);
+        let state = AppState::new(
+            prefill.clone(),
+            Arc::new(StaticDirectory(self.directory.clone())),
+            PolicyProfile::from_toml_str(self.profile).unwrap(),
+            Limits::default(),
+            ready_rx,
+        )
+        .unwrap()
+        .with_decode(decode.clone())
+        .with_convention(DisaggConvention::Sglang);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(serve(listener, state.clone(), async {
+            let _ = stopped.await;
+        }));
+        Frontend {
+            url,
+            state,
+            prefill,
+            decode,
+            http: reqwest::Client::new(),
+            _stop: stop,
+            _fleet: self,
+        }
+    }
+}
+
+async fn ledger(router: &RouterHandle) -> LedgerSnapshot {
+    router.observe().await.unwrap().scheduler.ledger
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+    panic!("never happened: {what}");
+}
+
+impl Frontend {
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{}", self.url, path))
+    }
+
+    /// Waits (bounded) until both ledgers are idle (no booking, no reservation, no load)
+    /// and nothing is in flight. (The prefill scheduler's `inflight_reservations` are not
+    /// held load: it forgets them lazily, at its next room query.)
+    async fn assert_idle(&self) {
+        for _ in 0..300 {
+            let p = self.prefill.observe().await.unwrap().scheduler;
+            let d = self.decode.observe().await.unwrap().scheduler;
+            if p.ledger.is_idle() && d.ledger.is_idle() && self.state.metrics.inflight() == 0 {
+                return;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+        let p = self.prefill.observe().await.unwrap().scheduler;
+        let d = self.decode.observe().await.unwrap().scheduler;
+        panic!(
+            "not idle: prefill {:?}, decode {:?}, inflight {}",
+            p.ledger,
+            d.ledger,
+            self.state.metrics.inflight()
+        );
+    }
+
+    /// A worker's `/load`.
+    async fn load(&self, id: u64) -> Value {
+        let base = &self._fleet.directory[&WorkerId(id)];
+        self.http
+            .get(format!("{base}/load"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+/// `blocks` full blocks of token ids, distinct per `seed`.
+fn prompt(seed: u32, blocks: u32) -> Vec<u32> {
+    (0..blocks * 16).map(|t| seed * 100_000 + t).collect()
+}
+
+/// A prefill and a decode simulated worker behind the frontend.
+async fn sim_fleet(decode_kv: usize, prefill_speedup: f64, decode_speedup: f64) -> Frontend {
+    let mut fleet = fleet().await;
+    fleet
+        .sim(PREFILL_ID, Role::Prefill, 16_384, prefill_speedup)
+        .await;
+    fleet
+        .sim(DECODE_ID, Role::Decode, decode_kv, decode_speedup)
+        .await;
+    fleet.frontend().await
+}
+
+#[tokio::test]
+async fn completions_run_both_legs_at_once_streaming_or_not() {
+    let fe = sim_fleet(16_384, 20.0, 20.0).await;
+
+    let body: Value = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(1, 4), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
+    assert_eq!(body["usage"]["prompt_tokens"], 64, "{body}");
+
+    let response = fe
+        .post("/v1/chat/completions")
+        .json(
+            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi there"}],
+                      "max_tokens": 3, "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "streamed"
+    );
+    let text = response.text().await.unwrap();
+    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    fe.assert_idle().await;
+
+    // The prefill worker staged both prompts' KV in their rooms and the decode worker pulled
+    // them, computing no prompt token itself.
+    let prefill = fe.load(PREFILL_ID).await;
+    assert_eq!(prefill["pulled"], 2, "{prefill}");
+    assert_eq!(prefill["staged"], 0, "{prefill}");
+    assert_eq!(prefill["stranded"], 0, "{prefill}");
+    assert!(
+        prefill["prefill_tokens"].as_u64().unwrap() >= 64,
+        "{prefill}"
+    );
+    let decode = fe.load(DECODE_ID).await;
+    assert_eq!(decode["prefill_tokens"], 0, "{decode}");
+    assert_eq!(decode["pull_failures"], 0, "{decode}");
+    assert_eq!(decode["output_tokens"], 8, "{decode}");
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted_upstream, 2, "{stats:?}");
+}
+
+#[tokio::test]
+async fn both_legs_get_the_bootstrap_fields_and_the_prefill_leg_one_token() {
+    // Stand-ins record what each leg was sent.
+    let prefill = spawn_faulty_worker(1, MS, Fault::None).await;
+    let decode = spawn_faulty_worker(3, MS, Fault::None).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &prefill.url)
+        .await;
+    fleet
+        .announce(DECODE_ID, PoolRole::Decode, &decode.url)
+        .await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(2, 2), "max_tokens": 7, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let _ = response.text().await.unwrap();
+    fe.assert_idle().await;
+    let p = prefill.seen.lock().unwrap().clone();
+    let d = decode.seen.lock().unwrap().clone();
+    assert_eq!((p.len(), d.len()), (1, 1));
+    let (p, d) = (&p[0].body, &d[0].body);
+    assert_eq!(p["max_tokens"], 1, "{p}");
+    assert_eq!(p["stream"], false, "{p}");
+    assert!(p.get("kv_transfer_params").is_none(), "{p}");
+    assert_eq!(d["max_tokens"], 7, "{d}");
+    let url = reqwest::Url::parse(&prefill.url).unwrap();
+    for body in [p, d] {
+        assert_eq!(body["bootstrap_host"], url.host_str().unwrap(), "{body}");
+        assert_eq!(body["bootstrap_port"], url.port().unwrap(), "{body}");
+        assert!(body["bootstrap_room"].is_u64(), "{body}");
+    }
+    assert_eq!(p["bootstrap_room"], d["bootstrap_room"]);
+}
+
+#[tokio::test]
+async fn a_failing_prefill_worker_is_an_error_cancels_the_decode_leg_and_releases_both_pools() {
+    let failing = spawn_faulty_worker(1, MS, Fault::Status(500)).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &failing.url)
+        .await;
+    // A slow decode worker: it waits for the room's KV, then would decode slowly.
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 0.5).await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(5, 4), "max_tokens": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "prefill_status", "{err}");
+    fe.assert_idle().await;
+    for router in [&fe.prefill, &fe.decode] {
+        assert_eq!(ledger(router).await.reservations, 0);
+    }
+    // The decode leg was dropped: nothing runs on the decode worker.
+    eventually("the decode worker holds nothing", || async {
+        let load = fe.load(DECODE_ID).await;
+        load["running"] == 0 && load["waiting"] == 0 && load["kv_used_blocks"] == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_releases_both_pools() {
+    // A slow decode: 200 tokens take seconds.
+    let fe = sim_fleet(16_384, 20.0, 0.2).await;
+    let response = fe
+        .post("/v1/completions")
+        .json(
+            &json!({"model": "sim", "prompt": prompt(8, 4), "max_tokens": 200,
+                      "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
+    eventually("the prefill answer ended the prefill booking", || async {
+        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
+        p.bookings == 0 && (d.bookings, d.reservations) == (1, 0)
+    })
+    .await;
+    drop(body);
+    fe.assert_idle().await;
+    let load = fe.load(PREFILL_ID).await;
+    assert_eq!(load["pulled"], 1, "{load}");
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_while_both_legs_run_releases_both_pools() {
+    // A very slow prefill (seconds for 20 blocks); the decode leg waits for its KV.
+    let fe = sim_fleet(16_384, 0.002, 20.0).await;
+    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
+    let call = fe
+        .post("/v1/completions")
+        .timeout(Duration::from_secs(5))
+        .json(&json!({"model": "sim", "prompt": prompt(9, 20), "max_tokens": 5}));
+    let request = tokio::spawn(async move { call.send().await });
+    // Both bookings exist while the prefill runs; the reservation is converted already.
+    eventually("both legs are booked", || async {
+        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
+        p.bookings == 1 && d.bookings == 1 && d.reservations == 0
+    })
+    .await;
+    eventually("the prefill worker runs the prefill leg", || async {
+        let load = fe.load(PREFILL_ID).await;
+        load["requests"] == 1 && load["finished"] == 0
+    })
+    .await;
+    request.abort();
+    let _ = request.await;
+    fe.assert_idle().await;
+    eventually("the prefill worker dropped the request", || async {
+        let load = fe.load(PREFILL_ID).await;
+        load["running"] == 0 && load["staged"] == 0 && load["kv_used_blocks"] == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unpulled_room_is_stranded_and_a_decode_worker_without_its_kv_recomputes() {
+    let mut fleet = fleet().await;
+    fleet.sim_staging(PREFILL_ID, Role::Prefill, 300 * MS).await;
+    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
+    let fe = fleet.frontend().await;
+    let prefill = fe._fleet.directory[&WorkerId(PREFILL_ID)].clone();
+    let decode = fe._fleet.directory[&WorkerId(DECODE_ID)].clone();
+    let url = reqwest::Url::parse(&prefill).unwrap();
+
+    // A prefill leg alone: its KV is staged in room 42, then stranded.
+    let response = fe
+        .http
+        .post(format!("{prefill}/v1/completions"))
+        .json(
+            &json!({"model": "sim", "prompt": prompt(20, 2), "max_tokens": 1,
+                      "bootstrap_room": 42}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(fe.load(PREFILL_ID).await["staged"], 1);
+    eventually("the room's KV is stranded", || async {
+        let load = fe.load(PREFILL_ID).await;
+        load["stranded"] == 1 && load["staged"] == 0
+    })
+    .await;
+    let response = fe
+        .http
+        .post(format!("{prefill}/v1/kv/bootstrap/42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+
+    // A decode leg whose room never fills: it waits (bounded), then recomputes the prompt.
+    let started = std::time::Instant::now();
+    let body: Value = fe
+        .http
+        .post(format!("{decode}/v1/completions"))
+        .json(
+            &json!({"model": "sim", "prompt": prompt(21, 2), "max_tokens": 2,
+                      "bootstrap_host": url.host_str().unwrap(),
+                      "bootstrap_port": url.port().unwrap(), "bootstrap_room": 43}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["usage"]["completion_tokens"], 2, "{body}");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let load = fe.load(DECODE_ID).await;
+    assert_eq!(load["pull_failures"], 1, "{load}");
+    assert_eq!(load["prefill_tokens"], 32, "{load}");
+
+    // A bootstrap room without host and port is a 400 on a decode worker.
+    let response = fe
+        .http
+        .post(format!("{decode}/v1/completions"))
+        .json(&json!({"model": "sim", "prompt": "hi", "bootstrap_room": 44}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+}
+
+#[tokio::test]
+async fn a_prefill_leg_failing_after_the_decode_stream_began_cuts_it_and_releases_both_pools() {
+    // The prefill stand-in answers 200 and breaks its body after 300 ms; the decode stand-in
+    // streams at once, a chunk every 20 ms.
+    let prefill = spawn_faulty_worker(5, 300 * MS, Fault::BreakAfter(0)).await;
+    let decode = spawn_faulty_worker(200, 20 * MS, Fault::None).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &prefill.url)
+        .await;
+    fleet
+        .announce(DECODE_ID, PoolRole::Decode, &decode.url)
+        .await;
+    let fe = fleet.frontend().await;
+    let response = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(30, 2), "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut text = Vec::new();
+    let mut broken = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(chunk) => text.extend_from_slice(&chunk),
+            Err(_) => {
+                broken = true;
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(broken || !text.contains("[DONE]"), "{text}");
+    assert!(text.contains("tok"), "the decode stream had begun: {text}");
+    fe.assert_idle().await;
+}
