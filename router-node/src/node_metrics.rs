@@ -64,6 +64,24 @@ pub struct NodeScrape {
 }
 
 impl NodeScrape {
+    /// Every snapshot as JSON (for `/debug/state`): routers, peer sync, KV events, registry,
+    /// the room bus, and the components that did not answer.
+    pub fn to_json(&self) -> serde_json::Value {
+        let by_pool = |items: Vec<serde_json::Value>| serde_json::Value::Array(items);
+        serde_json::json!({
+            "routers": by_pool(self.routers.iter().map(|(p, s)| serde_json::json!({"pool": pool_label(*p), "state": s})).collect()),
+            "peer_sync": by_pool(self.peer_syncs.iter().map(|(p, s)| serde_json::json!({"pool": pool_label(*p), "state": s})).collect()),
+            "kv_events": by_pool(self.kv_events.iter().map(|(p, s)| serde_json::json!({"pool": pool_label(*p), "state": s})).collect()),
+            "registry": self.registry,
+            "room_bus": {
+                "published": self.room.published,
+                "publish_errors": self.room.publish_errors,
+                "received": self.room.received,
+            },
+            "unavailable": self.failed,
+        })
+    }
+
     /// The name of class `index` (`unknown` for an id outside the profile).
     pub fn class_name(&self, index: usize) -> &str {
         self.classes.get(index).map_or("unknown", String::as_str)

@@ -151,6 +151,28 @@ async fn metrics_show_the_node_behind_a_request() {
         "{text}"
     );
 
+    // `/debug/state`: the router at the top level, every actor of the node under `node`.
+    let state: serde_json::Value = http
+        .get(format!("{url}/debug/state"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(state["scheduler"]["ledger"].is_object(), "{state}");
+    let node = &state["node"];
+    for part in ["routers", "peer_sync", "kv_events"] {
+        assert_eq!(node[part][0]["pool"], "aggregated", "{part}: {node}");
+    }
+    assert!(
+        node["registry"]["workers"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty()),
+        "{node}"
+    );
+    assert_eq!(node["unavailable"], serde_json::json!([]), "{node}");
+
     // Counters from the actors, and the frontend's histograms.
     let admitted = value(
         &text,

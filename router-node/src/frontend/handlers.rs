@@ -260,9 +260,18 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The admitting router's `Observe` snapshot at the top level and, when the node is attached,
+/// every actor's snapshot under `node` (routers of all pools, peer sync, KV events, registry).
 pub(super) async fn debug_state(State(state): State<AppState>) -> Response {
-    match state.router.observe().await {
-        Ok(snapshot) => Json(snapshot).into_response(),
-        Err(_) => ApiError::router_gone().into_response(),
+    let Ok(snapshot) = state.router.observe().await else {
+        return ApiError::router_gone().into_response();
+    };
+    let mut body = match serde_json::to_value(&snapshot) {
+        Ok(body) => body,
+        Err(_) => return ApiError::router_gone().into_response(),
+    };
+    if let (Some(node), Some(map)) = (state.metrics.node(), body.as_object_mut()) {
+        map.insert("node".to_owned(), node.gather().await.to_json());
     }
+    Json(body).into_response()
 }

@@ -163,6 +163,11 @@ impl Metrics {
         }
     }
 
+    /// The node observed at each scrape, if one is attached.
+    pub fn node(&self) -> Option<&NodeSources> {
+        self.node.as_ref()
+    }
+
     /// Observes `node`'s actors at every scrape ([`Metrics::scrape`]).
     pub fn with_node(mut self, node: NodeSources) -> Self {
         for component in SCRAPED {
