@@ -32,6 +32,11 @@ const MAX_LEASE_FACTOR: u32 = 10;
 
 impl PeerSyncState {
     pub(super) async fn inbound(&mut self, message: &BusMessage) {
+        // Our own messages come back on the subject: drop them before decoding the body.
+        if wire::sender_of(&message.payload, self.cluster()).is_ok_and(|s| RouterId(s) == self.me) {
+            self.counters.echoes += 1;
+            return;
+        }
         let envelope = match wire::decode::<BookingMsg>(&message.payload, self.cluster()) {
             Ok(envelope) => envelope,
             Err(error) => {

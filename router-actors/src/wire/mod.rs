@@ -42,6 +42,7 @@ pub struct Envelope<T> {
 struct Header {
     v: u16,
     cluster: String,
+    sender: Uuid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,11 +90,14 @@ pub fn encode<T: Serialize>(envelope: &Envelope<T>) -> Result<Bytes, EncodeError
         .map_err(|e| EncodeError(e.to_string()))
 }
 
-/// Decodes an envelope of this version and cluster.
-pub fn decode<T: DeserializeOwned>(
-    payload: &[u8],
-    cluster: &str,
-) -> Result<Envelope<T>, DecodeError> {
+/// The sender of an envelope of this version and cluster, without decoding its body (a
+/// subscriber drops its own echoes this way).
+pub fn sender_of(payload: &[u8], cluster: &str) -> Result<Uuid, DecodeError> {
+    header(payload, cluster).map(|h| h.sender)
+}
+
+/// Reads and checks the header: version and cluster.
+fn header(payload: &[u8], cluster: &str) -> Result<Header, DecodeError> {
     let header: Header =
         rmp_serde::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     if header.v != WIRE_VERSION {
@@ -102,6 +106,15 @@ pub fn decode<T: DeserializeOwned>(
     if header.cluster != cluster {
         return Err(DecodeError::ForeignCluster(header.cluster));
     }
+    Ok(header)
+}
+
+/// Decodes an envelope of this version and cluster.
+pub fn decode<T: DeserializeOwned>(
+    payload: &[u8],
+    cluster: &str,
+) -> Result<Envelope<T>, DecodeError> {
+    header(payload, cluster)?;
     rmp_serde::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string()))
 }
 

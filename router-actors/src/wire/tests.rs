@@ -145,3 +145,18 @@ fn digests_ignore_order_and_see_every_field() {
     assert_ne!(d, digest_of(&[b(1, 5), b(3, 6)], &[]));
     assert_eq!(digest_of(&[], &[]), Digest::default());
 }
+
+#[test]
+fn the_sender_is_read_without_the_body() {
+    let mut outbox = Outbox::new("sy", Uuid::from_u128(42));
+    let bytes = outbox.seal("s", delta()).expect("encodes");
+    assert_eq!(sender_of(&bytes, "sy"), Ok(Uuid::from_u128(42)));
+    assert_eq!(
+        sender_of(&bytes, "other"),
+        Err(DecodeError::ForeignCluster("sy".into()))
+    );
+    assert!(matches!(
+        sender_of(b"\xff", "sy"),
+        Err(DecodeError::Malformed(_))
+    ));
+}
