@@ -101,6 +101,13 @@ where
     panic!("not within {limit:?}: {what}");
 }
 
+/// A router node of this test cluster on `bus`.
+async fn node(id: u128, topology: Topology, profile: PolicyProfile, bus: Arc<dyn Bus>) -> Node {
+    Node::start(config(id, topology, profile), bus)
+        .await
+        .unwrap_or_else(|e| panic!("node {id} starts: {e}"))
+}
+
 async fn ready(node: &Node) {
     let mut rx = node.ready();
     tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r))
@@ -151,18 +158,20 @@ async fn two_routers_converge_under_bookings_and_releases_and_end_idle() {
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = Node::start(
-        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+    let a = node(
+        1,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_a),
     )
-    .await
-    .expect("node a");
-    let b = Node::start(
-        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+    .await;
+    let b = node(
+        2,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_b),
     )
-    .await
-    .expect("node b");
+    .await;
     let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3, 4], 100_000).await;
     ready(&a).await;
     ready(&b).await;
@@ -209,18 +218,20 @@ async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = Node::start(
-        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+    let a = node(
+        1,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_a),
     )
-    .await
-    .expect("node a");
-    let b = Node::start(
-        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+    .await;
+    let b = node(
+        2,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_b),
     )
-    .await
-    .expect("node b");
+    .await;
     let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
     ready(&a).await;
     ready(&b).await;
@@ -267,18 +278,20 @@ async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
         Fault::Drop,
     ));
     let bus_b = bus(&server).await;
-    let a = Node::start(
-        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+    let a = node(
+        1,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         lossy.clone(),
     )
-    .await
-    .expect("node a");
-    let b = Node::start(
-        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+    .await;
+    let b = node(
+        2,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_b),
     )
-    .await
-    .expect("node b");
+    .await;
     let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
     ready(&a).await;
     ready(&b).await;
@@ -324,18 +337,8 @@ async fn room_changed_from_one_nodes_decode_pool_wakes_another_nodes_prefill_que
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
     let profile = || PolicyProfile::from_toml_str(DISAGG_PROFILE).expect("profile");
-    let a = Node::start(
-        config(1, Topology::Disaggregated, profile()),
-        Arc::clone(&bus_a),
-    )
-    .await
-    .expect("node a");
-    let b = Node::start(
-        config(2, Topology::Disaggregated, profile()),
-        Arc::clone(&bus_b),
-    )
-    .await
-    .expect("node b");
+    let a = node(1, Topology::Disaggregated, profile(), Arc::clone(&bus_a)).await;
+    let b = node(2, Topology::Disaggregated, profile(), Arc::clone(&bus_b)).await;
     let _prefill = workers(&bus_a, PoolRole::Prefill, &[1], 100_000).await;
     // One decode worker of 100 blocks: the class may commit 50.
     let _decode = workers(&bus_a, PoolRole::Decode, &[11], 100).await;
@@ -391,18 +394,20 @@ async fn a_router_that_fails_mid_load_is_restarted_and_every_ledger_ends_at_zero
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = Node::start(
-        config(1, Topology::Aggregated, PolicyProfile::fallback()),
+    let a = node(
+        1,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_a),
     )
-    .await
-    .expect("node a");
-    let b = Node::start(
-        config(2, Topology::Aggregated, PolicyProfile::fallback()),
+    .await;
+    let b = node(
+        2,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
         Arc::clone(&bus_b),
     )
-    .await
-    .expect("node b");
+    .await;
     let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3], 100_000).await;
     ready(&a).await;
     ready(&b).await;
