@@ -117,7 +117,7 @@ impl StepOutput {
 }
 
 /// A load snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Load {
     /// Blocks referenced by running or staged requests.
     pub kv_used_blocks: usize,

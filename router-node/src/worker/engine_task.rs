@@ -17,7 +17,7 @@
 //!   and retried after the next pass or tick, so a slow reader loses nothing and slows no
 //!   one. A closed channel (the client left) cancels the sequence and frees its blocks.
 
-use crate::engine::{Engine, Role, SeqRequest, SubmitError};
+use crate::engine::{Engine, Load, Role, SeqRequest, SubmitError};
 use router_actors::WorkerLink;
 use router_core::{KvEvent, RequestId};
 use serde::Serialize;
@@ -45,13 +45,9 @@ pub struct Delivery {
 /// The engine's load and the task's counters, as `GET /load` shows them.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LoadReport {
-    pub kv_used_blocks: usize,
-    pub kv_cached_blocks: usize,
-    pub kv_total_blocks: usize,
-    pub waiting: usize,
-    pub running: usize,
-    /// Prefilled requests whose KV is held for a decode worker.
-    pub staged: usize,
+    /// The engine's own load (KV blocks used and cached, waiting, running, staged).
+    #[serde(flatten)]
+    pub engine: Load,
     /// Staged requests freed by the staging timeout instead of a pull.
     pub stranded: u64,
     /// Staged requests released by a pull.
@@ -322,12 +318,7 @@ impl Task {
     fn report(&self) -> LoadReport {
         let load = self.engine.load();
         LoadReport {
-            kv_used_blocks: load.kv_used_blocks,
-            kv_cached_blocks: load.kv_cached_blocks,
-            kv_total_blocks: load.kv_total_blocks,
-            waiting: load.waiting,
-            running: load.running,
-            staged: load.staged,
+            engine: load,
             stranded: self.engine.stranded(),
             preemptions: self.engine.preemptions(),
             ..self.stats.clone()

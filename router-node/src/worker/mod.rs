@@ -417,8 +417,8 @@ async fn publish_load(
         let body = WorkerLoad {
             worker: cfg.worker_id,
             dp_rank: 0,
-            kv_used_blocks: load.kv_used_blocks as u64,
-            waiting: load.waiting as u64,
+            kv_used_blocks: load.engine.kv_used_blocks as u64,
+            waiting: load.engine.waiting as u64,
         };
         match outbox.seal(&subject, &body) {
             Ok(payload) => {

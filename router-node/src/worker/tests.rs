@@ -70,7 +70,7 @@ async fn a_repeated_prompt_finishes_sooner_in_engine_time() {
     let load = h.load().await.unwrap();
     assert_eq!(load.prefill_tokens, 2048 + 16);
     assert_eq!(load.finished, 2);
-    assert_eq!(load.kv_used_blocks, 0);
+    assert_eq!(load.engine.kv_used_blocks, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -90,7 +90,7 @@ async fn a_slow_reader_gets_every_token_coalesced() {
     assert_eq!(drain(&mut rx).await, (tokens, true));
     let load = h.load().await.unwrap();
     assert_eq!(load.cancelled, 0);
-    assert_eq!(load.kv_used_blocks, 0);
+    assert_eq!(load.engine.kv_used_blocks, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -103,8 +103,8 @@ async fn a_reader_that_leaves_cancels_its_sequence() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let load = h.load().await.unwrap();
     assert_eq!(load.cancelled, 1);
-    assert_eq!(load.running, 0);
-    assert_eq!(load.kv_used_blocks, 0);
+    assert_eq!(load.engine.running, 0);
+    assert_eq!(load.engine.kv_used_blocks, 0);
     // Explicit cancels of unknown or finished requests are no-ops.
     h.cancel(id(1));
     h.cancel(id(99));
@@ -121,12 +121,19 @@ async fn staged_kv_expires_on_tokio_time() {
         .unwrap();
     assert_eq!(drain(&mut rx).await, (1, true));
     let load = h.load().await.unwrap();
-    assert_eq!((load.staged, load.stranded), (1, 0));
+    assert_eq!((load.engine.staged, load.stranded), (1, 0));
     tokio::time::sleep(Duration::from_millis(900)).await;
-    assert_eq!(h.load().await.unwrap().staged, 1);
+    assert_eq!(h.load().await.unwrap().engine.staged, 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let load = h.load().await.unwrap();
-    assert_eq!((load.staged, load.stranded, load.kv_used_blocks), (0, 1, 0));
+    assert_eq!(
+        (
+            load.engine.staged,
+            load.stranded,
+            load.engine.kv_used_blocks
+        ),
+        (0, 1, 0)
+    );
     assert!(!h.release(id(1)).await.unwrap());
 }
 
@@ -150,5 +157,5 @@ async fn an_instant_engine_takes_no_tokio_time() {
     let load = h.load().await.unwrap();
     assert_eq!((load.finished, load.output_tokens), (1, 8));
     assert!(load.passes >= 8, "{load:?}");
-    assert_eq!(load.kv_used_blocks, 0);
+    assert_eq!(load.engine.kv_used_blocks, 0);
 }
