@@ -39,6 +39,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// The same allocator as the `router-node` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The benchmark target: instant simulated workers behind one router node.
 #[derive(Debug, clap::Parser)]
 struct Args {

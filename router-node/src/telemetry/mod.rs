@@ -1,6 +1,7 @@
-//! Logs and traces: a `tracing` subscriber writing text or JSON logs under an env-filter
-//! directive, and, when `telemetry.otlp_endpoint` is set, an OpenTelemetry tracer exporting
-//! the node's spans over OTLP (gRPC via tonic, or HTTP/protobuf).
+//! Logs and traces: a `tracing` subscriber writing text or JSON logs (events only, under an
+//! env-filter directive), and, when `telemetry.otlp_endpoint` is set, an OpenTelemetry tracer
+//! exporting the node's spans over OTLP (gRPC via tonic, or HTTP/protobuf). Spans go to the
+//! exporter alone: without one they are disabled and cost the request path nothing.
 //!
 //! The request spans are made by the frontend: `http.request` (its parent is the client's
 //! W3C `traceparent` when there is one) → `router.admission` (class, outcome) →
@@ -18,8 +19,8 @@ use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::time::Duration;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
-use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::filter::{EnvFilter, FilterExt as _, LevelFilter, Targets, filter_fn};
+use tracing_subscriber::layer::{Identity, SubscriberExt as _};
 use tracing_subscriber::{Layer, Registry};
 
 /// How long one OTLP export may take.
@@ -88,6 +89,11 @@ pub fn subscriber(
 > {
     let filter = EnvFilter::try_new(&config.log_filter)
         .map_err(|e| TelemetryError::Filter(format!("{e}: {:?}", config.log_filter)))?;
+    // Logs are events only: a span enabled for the log layer costs every request its
+    // fields formatted into a string and a filter lookup on each poll (~8 µs of CPU per
+    // request, BENCHMARKS.md), for context only the few events inside a request would print.
+    // Without an exporter no layer enables a span, so request spans cost next to nothing.
+    let filter = filter.and(filter_fn(|meta| meta.is_event()));
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -95,13 +101,14 @@ pub fn subscriber(
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_current_span(true)
             .with_writer(std::io::stderr)
             .with_filter(filter)
             .boxed(),
     };
     let (traces, provider) = match &config.otlp_endpoint {
-        None => (None, None),
+        // A layer that enables nothing, not `None`: an absent `Option` layer next to the
+        // filtered log layer makes the registry create every span (tracing-subscriber 0.3).
+        None => (Identity::new().with_filter(LevelFilter::OFF).boxed(), None),
         Some(endpoint) => {
             let provider = tracer_provider(endpoint, config.otlp_protocol, &config.service_name)?;
             let tracer = provider.tracer("router-node");
@@ -115,7 +122,7 @@ pub fn subscriber(
                 .with_tracer(tracer)
                 .with_filter(targets)
                 .boxed();
-            (Some(layer), Some(provider))
+            (layer, Some(provider))
         }
     };
     let subscriber = Registry::default().with(logs).with(traces);
@@ -172,4 +179,23 @@ fn tracer_provider(
         }
     };
     Ok(provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_an_exporter_spans_are_disabled_and_events_still_log() {
+        let (subscriber, guard) = subscriber(&TelemetrySection::default()).expect("default config");
+        assert!(!guard.exporting());
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("http.request", class = "batch");
+            assert!(span.is_disabled(), "a span without an exporter: {span:?}");
+            let event_enabled = tracing::event_enabled!(tracing::Level::INFO);
+            assert!(event_enabled, "info events are logged by default");
+            let debug_enabled = tracing::event_enabled!(tracing::Level::DEBUG);
+            assert!(!debug_enabled, "the default filter is info");
+        });
+    }
 }

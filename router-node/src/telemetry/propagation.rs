@@ -41,6 +41,9 @@ impl Injector for Inject<'_> {
 /// Makes the trace context in `headers` (if valid) the parent of `span`. Call it before
 /// the span is first entered. A malformed `traceparent` is ignored: the span starts a trace.
 pub fn set_remote_parent(span: &tracing::Span, headers: &HeaderMap) {
+    if span.is_disabled() {
+        return;
+    }
     let cx = TraceContextPropagator::new().extract(&Extract(headers));
     if cx.span().span_context().is_valid() {
         // Fails only without an OpenTelemetry layer, where there is nothing to link.
@@ -51,6 +54,9 @@ pub fn set_remote_parent(span: &tracing::Span, headers: &HeaderMap) {
 /// `span`'s trace context as W3C headers; empty when the span is not being traced.
 pub fn context_headers(span: &tracing::Span) -> HeaderMap {
     let mut headers = HeaderMap::new();
+    if span.is_disabled() {
+        return headers;
+    }
     let cx = span.context();
     if cx.span().span_context().is_valid() {
         TraceContextPropagator::new().inject_context(&cx, &mut Inject(&mut headers));
