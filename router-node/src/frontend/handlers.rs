@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::{Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp};
 use serde_json::json;
+use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
@@ -25,7 +26,7 @@ use tracing::Instrument as _;
 pub const CLASS_HEADER: &str = "x-policy-class";
 
 pub(super) async fn completions(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -33,14 +34,14 @@ pub(super) async fn completions(
 }
 
 pub(super) async fn chat_completions(
-    State(state): State<AppState>,
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     openai(state, Endpoint::Chat, headers, body).await
 }
 
-async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+async fn openai(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
     let span = tracing::info_span!(
         "http.request",
         otel.kind = "server",
@@ -57,7 +58,7 @@ async fn openai(state: AppState, endpoint: Endpoint, headers: HeaderMap, body: B
 }
 
 async fn handle_openai(
-    state: AppState,
+    state: Arc<AppState>,
     endpoint: Endpoint,
     headers: HeaderMap,
     body: Body,
@@ -222,7 +223,7 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     Ok(Bytes::from(buf))
 }
 
-pub(super) async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let data: Vec<_> = state
         .models
         .iter()
@@ -235,7 +236,7 @@ pub(super) async fn health() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-pub(super) async fn ready(State(state): State<AppState>) -> Response {
+pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     if *state.ready.borrow() {
         Json(json!({"status": "ready"})).into_response()
     } else {
@@ -249,7 +250,7 @@ pub(super) async fn ready(State(state): State<AppState>) -> Response {
 
 /// The frontend's metrics and, with a node attached, its actors' state observed now (each
 /// actor within the scrape timeout; a silent one is counted, never an error answer).
-pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -262,7 +263,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
 
 /// The admitting router's `Observe` snapshot at the top level and, when the node is attached,
 /// every actor's snapshot under `node` (routers of all pools, peer sync, KV events, registry).
-pub(super) async fn debug_state(State(state): State<AppState>) -> Response {
+pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
     let Ok(snapshot) = state.router.observe().await else {
         return ApiError::router_gone().into_response();
     };

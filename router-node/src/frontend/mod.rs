@@ -205,7 +205,8 @@ impl AppState {
     }
 }
 
-/// The frontend's routes over `state`.
+/// The frontend's routes over `state` (shared behind one `Arc`: each request clones a
+/// pointer, not the state's dozen handles).
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(handlers::completions))
@@ -215,7 +216,7 @@ pub fn app(state: AppState) -> Router {
         .route("/ready", get(handlers::ready))
         .route("/metrics", get(handlers::metrics))
         .route("/debug/state", get(handlers::debug_state))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// `listener` with `TCP_NODELAY` set on every accepted connection. Responses go out in
