@@ -41,7 +41,12 @@ pub(super) async fn chat_completions(
     openai(state, Endpoint::Chat, headers, body).await
 }
 
-async fn openai(state: Arc<AppState>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+async fn openai(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let span = tracing::info_span!(
         "http.request",
         otel.kind = "server",

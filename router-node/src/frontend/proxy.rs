@@ -21,7 +21,9 @@ use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, StreamExt};
 use router_actors::RouterHandle;
 use router_core::{RequestId, WorkerId};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -316,6 +318,36 @@ async fn assemble(
     Ok(acc.finish(endpoint))
 }
 
+/// One streamed chunk, as much of it as the assembled body uses (`null` reads as absent).
+#[derive(Deserialize)]
+struct ChunkEvent<'a> {
+    error: Option<Value>,
+    id: Option<Value>,
+    model: Option<Value>,
+    created: Option<Value>,
+    system_fingerprint: Option<Value>,
+    usage: Option<Value>,
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice<'a> {
+    /// `/v1/completions`.
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+    /// `/v1/chat/completions`.
+    #[serde(borrow)]
+    delta: Option<ChunkDelta<'a>>,
+    finish_reason: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+}
+
 #[derive(Default)]
 struct Assembled {
     text: String,
@@ -340,38 +372,40 @@ impl Assembled {
         if data == "[DONE]" {
             return Ok(true);
         }
-        let Ok(Value::Object(event)) = serde_json::from_str::<Value>(data) else {
+        // Typed: only the fields the assembled body needs are built; the rest is skipped.
+        let Ok(event) = serde_json::from_str::<ChunkEvent<'_>>(data) else {
             return Ok(false);
         };
-        if let Some(error) = event.get("error") {
+        if let Some(error) = event.error {
             return Err(ApiError::upstream(
                 Stage::Upstream,
                 "upstream_error_event",
                 format!("{worker}: {error}"),
             ));
         }
-        for key in ["id", "model", "created", "system_fingerprint"] {
-            if let Some(v) = event.get(key) {
-                self.head.entry(key).or_insert_with(|| v.clone());
+        for (key, v) in [
+            ("id", event.id),
+            ("model", event.model),
+            ("created", event.created),
+            ("system_fingerprint", event.system_fingerprint),
+        ] {
+            if let Some(v) = v {
+                self.head.entry(key).or_insert(v);
             }
         }
-        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
-            self.usage = Some(usage.clone());
+        if let Some(usage) = event.usage {
+            self.usage = Some(usage);
         }
-        let choice = event
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| c.first());
-        if let Some(choice) = choice {
+        if let Some(choice) = event.choices.into_iter().next() {
             let delta = match endpoint {
-                Endpoint::Completions => choice.get("text"),
-                Endpoint::Chat => choice.get("delta").and_then(|d| d.get("content")),
+                Endpoint::Completions => choice.text,
+                Endpoint::Chat => choice.delta.and_then(|d| d.content),
             };
-            if let Some(Value::String(s)) = delta {
-                self.text.push_str(s);
+            if let Some(s) = delta {
+                self.text.push_str(&s);
             }
-            if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
-                self.finish_reason = reason.clone();
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = reason;
             }
         }
         Ok(false)
@@ -399,5 +433,79 @@ impl Assembled {
             body.insert("usage".to_owned(), usage);
         }
         Value::Object(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assemble(endpoint: Endpoint, lines: &[&str]) -> Result<Value, ApiError> {
+        let mut acc = Assembled::default();
+        for line in lines {
+            if acc.line(endpoint, line.as_bytes(), WorkerId(1))? {
+                break;
+            }
+        }
+        Ok(acc.finish(endpoint))
+    }
+
+    #[test]
+    fn chat_chunks_become_one_message_with_the_first_head_and_the_last_reason() {
+        let body = assemble(
+            Endpoint::Chat,
+            &[
+                r#"data: {"id":"c1","model":"m","created":7,"choices":[{"delta":{"role":"assistant"},"finish_reason":null}]}"#,
+                r#"data: {"id":"c2","choices":[{"delta":{"content":"a \"quoted\"\n"},"finish_reason":null}],"extra":{"x":[1,2]}}"#,
+                ": a comment line",
+                r#"data: {"choices":[{"delta":{"content":"end"},"finish_reason":"stop"}],"usage":null}"#,
+                r#"data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+                "data: [DONE]",
+                r#"data: {"choices":[{"delta":{"content":"after done"}}]}"#,
+            ],
+        )
+        .expect("no error event");
+        assert_eq!(body["id"], "c1");
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["created"], 7);
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(
+            body["choices"][0]["message"]["content"],
+            "a \"quoted\"\nend"
+        );
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        assert_eq!(body["usage"]["completion_tokens"], 2);
+    }
+
+    #[test]
+    fn completion_chunks_join_their_text_and_skip_what_is_not_a_chunk() {
+        let body = assemble(
+            Endpoint::Completions,
+            &[
+                r#"data: {"id":"x","choices":[{"text":"he"}]}"#,
+                "data: not json",
+                "data: [1,2]",
+                r#"data: {"choices":[{"text":"llo","finish_reason":"length"}]}"#,
+                "data: [DONE]",
+            ],
+        )
+        .expect("no error event");
+        assert_eq!(body["object"], "text_completion");
+        assert_eq!(body["choices"][0]["text"], "hello");
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+        assert!(body.get("usage").is_none(), "{body}");
+    }
+
+    #[test]
+    fn an_error_event_fails_the_request() {
+        let err = assemble(
+            Endpoint::Completions,
+            &[
+                r#"data: {"choices":[{"text":"he"}]}"#,
+                r#"data: {"error":{"message":"engine died"}}"#,
+            ],
+        )
+        .expect_err("an error event");
+        assert_eq!(err.reason, "upstream_error_event");
     }
 }
