@@ -6,7 +6,8 @@
 //! - a `Snapshot` at n = 1 from a sender we track: S restarted; start over from it;
 //! - Stale: counted, dropped (last-seen is not refreshed: a restarted sender whose first
 //!   message was lost expires after its lease and is then learnt afresh);
-//! - otherwise: last-seen refreshed; a delta is forwarded as `RouterMsg::Peer`; a snapshot
+//! - otherwise: last-seen refreshed; each delta of a `Deltas` message is forwarded, in
+//!   order, as `RouterMsg::Peer`; a snapshot
 //!   replaces S's state (`PeerReplace`) and the tracker continues from n; a heartbeat's
 //!   digest is compared with what our ledger holds under S;
 //! - Gap: counted and repaired; First with n > 1 (we missed S's history): repaired;
@@ -88,25 +89,27 @@ impl PeerSyncState {
                 self.apply_snapshot(owner, reply, seq);
                 return;
             }
-            BookingMsg::Delta(delta) => {
+            BookingMsg::Deltas(deltas) => {
                 if let Some(repair) = &mut peer.repair {
-                    buffer(repair, limit, seq, sent_at_us, Some(delta.clone()));
+                    buffer(repair, limit, seq, sent_at_us, deltas.clone());
                 }
-                self.forward(
-                    owner,
-                    RouterMsg::Peer {
+                for delta in deltas {
+                    self.forward(
                         owner,
-                        delta,
-                        sent_at_us: Some(sent_at_us),
-                    },
-                );
+                        RouterMsg::Peer {
+                            owner,
+                            delta,
+                            sent_at_us: Some(sent_at_us),
+                        },
+                    );
+                }
             }
             BookingMsg::Heartbeat { digest, lease_ms } => {
                 if lease_ms > 0 {
                     peer.lease = std::time::Duration::from_millis(lease_ms).min(max_lease);
                 }
                 match &mut peer.repair {
-                    Some(repair) => buffer(repair, limit, seq, sent_at_us, None),
+                    Some(repair) => buffer(repair, limit, seq, sent_at_us, Vec::new()),
                     None => heartbeat = Some(digest),
                 }
             }
@@ -276,7 +279,7 @@ impl PeerSyncState {
         }
         let mut next = last_seq + 1;
         let mut complete = !repair.overflowed;
-        for (seq, sent_at_us, delta) in repair.buffer {
+        for (seq, sent_at_us, deltas) in repair.buffer {
             if seq <= last_seq {
                 continue;
             }
@@ -284,7 +287,7 @@ impl PeerSyncState {
                 complete = false;
             }
             next = seq + 1;
-            if let Some(delta) = delta {
+            for delta in deltas {
                 self.counters.replayed += 1;
                 self.forward(
                     owner,
@@ -309,10 +312,10 @@ fn buffer(
     limit: usize,
     seq: u64,
     sent_at_us: u64,
-    delta: Option<crate::wire::BookingDelta>,
+    deltas: Vec<crate::wire::BookingDelta>,
 ) {
     if repair.buffer.len() < limit {
-        repair.buffer.push((seq, sent_at_us, delta));
+        repair.buffer.push((seq, sent_at_us, deltas));
     } else {
         repair.overflowed = true;
     }

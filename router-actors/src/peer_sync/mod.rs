@@ -8,7 +8,8 @@
 //! Exactness: a heartbeat digest, and a snapshot, are taken from the RouterActor's own
 //! state together with the count of own deltas it had handed over by then (each delta
 //! carries its index in that count); this actor publishes them right after sequencing the
-//! delta of that index, so a digest or snapshot at sequence `n` reflects exactly the
+//! delta of that index (own deltas go out batched, `Deltas` messages of what is queued, and a
+//! batch is cut there), so a digest or snapshot at sequence `n` reflects exactly the
 //! messages before `n`. A receiver that applied every message up to
 //! `n` holds exactly that digest; a mismatch means something was lost (a delta dropped
 //! before it was sequenced, a lost message), never a race.
@@ -52,6 +53,8 @@ use tokio::sync::{mpsc, watch};
 
 /// Own deltas forwarded to the actor in one message, at most.
 const DELTA_BATCH: usize = 256;
+/// Own deltas published in one `Deltas` bus message, at most (a few kB of msgpack).
+const MAX_DELTAS_PER_MESSAGE: usize = 64;
 
 /// Timing and bounds of peer sync.
 #[derive(Debug, Clone)]

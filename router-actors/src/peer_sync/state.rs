@@ -3,7 +3,7 @@
 //! the expiry sweep and readiness.
 
 use super::observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
-use super::{PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
+use super::{MAX_DELTAS_PER_MESSAGE, PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
 use crate::bus::{Bus, BusMessage};
 use crate::router::{OwnDelta, OwnState, RouterHandle, RouterMsg};
 use crate::wire::{
@@ -49,10 +49,10 @@ struct Deferred {
 #[derive(Debug)]
 pub(super) struct Repair {
     pub(super) generation: u64,
-    /// (sequence, publication time, delta) of every message received since the request;
-    /// `None` for messages that carry no delta (heartbeats). Replayed deltas' lag counts
+    /// (sequence, publication time, deltas) of every message received since the request;
+    /// no deltas for messages that carry none (heartbeats). Replayed deltas' lag counts
     /// from their publication, so it includes the repair.
-    pub(super) buffer: Vec<(u64, u64, Option<BookingDelta>)>,
+    pub(super) buffer: Vec<(u64, u64, Vec<BookingDelta>)>,
     pub(super) overflowed: bool,
 }
 
@@ -194,13 +194,33 @@ impl PeerSyncState {
         }
     }
 
+    /// Publishes own deltas as few messages as exactness allows: a run is cut where a
+    /// deferred heartbeat or snapshot waits for it (the answer must follow exactly the deltas
+    /// it reflects) and at `MAX_DELTAS_PER_MESSAGE`.
     pub(super) async fn own_deltas(&mut self, batch: Vec<OwnDelta>) {
+        let mut run = Vec::with_capacity(batch.len().min(MAX_DELTAS_PER_MESSAGE));
+        let mut last = self.sequenced;
         for OwnDelta { index, delta } in batch {
-            self.publish(BookingMsg::Delta(delta)).await;
-            self.sequenced = self.sequenced.max(index);
-            self.counters.own_deltas += 1;
-            self.flush_deferred().await;
+            run.push(delta);
+            last = last.max(index);
+            let answer_waits = self.deferred.front().is_some_and(|d| d.after <= last);
+            if answer_waits || run.len() >= MAX_DELTAS_PER_MESSAGE {
+                self.publish_run(&mut run, last).await;
+            }
         }
+        self.publish_run(&mut run, last).await;
+    }
+
+    /// One `Deltas` message of `run` (emptied), whose last delta has index `last`; then the
+    /// answers waiting for it.
+    async fn publish_run(&mut self, run: &mut Vec<BookingDelta>, last: u64) {
+        if run.is_empty() {
+            return;
+        }
+        self.counters.own_deltas += run.len() as u64;
+        self.publish(BookingMsg::Deltas(std::mem::take(run))).await;
+        self.sequenced = self.sequenced.max(last);
+        self.flush_deferred().await;
     }
 
     /// Our digest, published right after the own deltas it reflects.

@@ -61,12 +61,12 @@ pub struct Digest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BookingMsg {
-    Delta(BookingDelta),
+    /// Consecutive own deltas of the sender, in order, under one sequence number: what the
+    /// sender had queued when it published (one message per delta cost a seal, a bus message
+    /// and a receive each, which bounded a node's booking rate).
+    Deltas(Vec<BookingDelta>),
     /// "I am alive; this is what I hold". Peers expire a sender silent for `lease_ms`.
-    Heartbeat {
-        digest: Digest,
-        lease_ms: u64,
-    },
+    Heartbeat { digest: Digest, lease_ms: u64 },
     /// A sender's full live state, broadcast in its own sequence (answer to a
     /// `SnapshotRequest { owner: None }`, and a starting router's first message). It reflects
     /// exactly the messages before it, so receivers replace and continue from its sequence.

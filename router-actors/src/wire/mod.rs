@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
-/// Version of every envelope this build writes and the only one it reads.
-pub const WIRE_VERSION: u16 = 1;
+/// Version of every envelope this build writes and the only one it reads. 2: booking deltas
+/// travel batched (`BookingMsg::Deltas`).
+pub const WIRE_VERSION: u16 = 2;
 
 /// What travels on every subject: who sent it, their per-subject sequence, when, and the body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,15 +5,20 @@ use router_core::ledger::Booking;
 use router_core::{RankId, RequestId};
 
 fn delta() -> BookingMsg {
-    BookingMsg::Delta(BookingDelta::Book {
-        request: RequestId::from_u128(5),
-        booking: Booking {
-            rank: RankId::new(1, 0),
-            block_hashes: vec![1, 2],
-            prefill_tokens: 10,
-            extra_blocks: 0,
+    BookingMsg::Deltas(vec![
+        BookingDelta::Book {
+            request: RequestId::from_u128(5),
+            booking: Booking {
+                rank: RankId::new(1, 0),
+                block_hashes: vec![1, 2],
+                prefill_tokens: 10,
+                extra_blocks: 0,
+            },
         },
-    })
+        BookingDelta::Release {
+            request: RequestId::from_u128(5),
+        },
+    ])
 }
 
 #[test]

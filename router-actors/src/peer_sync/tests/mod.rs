@@ -66,12 +66,22 @@ pub(super) fn router_id(n: u128) -> RouterId {
     RouterId(Uuid::from_u128(n))
 }
 
-/// Starts a node; `deltas` lets a test stand between the router and peer sync.
+/// What stands between a node's router and its peer-sync actor.
+pub(super) enum Tap {
+    /// Nothing: every delta passes as it comes.
+    Pass,
+    /// Deltas whose 1-based index the function refuses are lost (before sequencing).
+    Drop(fn(u64) -> bool),
+    /// Deltas are held until the gate is notified, then passed all at once, in order.
+    Gate(Arc<tokio::sync::Notify>),
+}
+
+/// Starts a node; `tap` lets a test stand between the router and peer sync.
 pub(super) async fn start_node_with(
     bus: Arc<dyn Bus>,
     n: u128,
     config: PeerSyncConfig,
-    tap: Option<fn(u64) -> bool>,
+    tap: Tap,
 ) -> Node {
     let id = router_id(n);
     let clock = Clock::start();
@@ -101,8 +111,9 @@ pub(super) async fn start_node_with(
         router.upsert_worker(spec).expect("alive");
     }
     let deltas = match tap {
-        None => router_rx,
-        Some(keep) => tapped(router_rx, keep),
+        Tap::Pass => router_rx,
+        Tap::Drop(keep) => tapped(router_rx, keep),
+        Tap::Gate(gate) => gated(router_rx, gate),
     };
     let (mut sync_args, _ready) = PeerSyncArgs::new(
         bus,
@@ -125,7 +136,7 @@ pub(super) async fn start_node_with(
 }
 
 pub(super) async fn start_node(bus: Arc<dyn Bus>, n: u128) -> Node {
-    start_node_with(bus, n, config(), None).await
+    start_node_with(bus, n, config(), Tap::Pass).await
 }
 
 /// Passes the router's deltas on, except those whose 1-based index `keep` refuses (a
@@ -137,6 +148,40 @@ fn tapped(mut rx: mpsc::Receiver<OwnDelta>, keep: fn(u64) -> bool) -> mpsc::Rece
         while let Some(delta) = rx.recv().await {
             i += 1;
             if keep(i) && tx.send(delta).await.is_err() {
+                break;
+            }
+        }
+    });
+    out
+}
+
+/// Holds the router's deltas until `gate` is notified, then passes them on at once.
+fn gated(
+    mut rx: mpsc::Receiver<OwnDelta>,
+    gate: Arc<tokio::sync::Notify>,
+) -> mpsc::Receiver<OwnDelta> {
+    let (tx, out) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        let opened = gate.notified();
+        tokio::pin!(opened);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut opened => break,
+                delta = rx.recv() => match delta {
+                    Some(delta) => held.push(delta),
+                    None => return,
+                },
+            }
+        }
+        for delta in held {
+            if tx.send(delta).await.is_err() {
+                return;
+            }
+        }
+        while let Some(delta) = rx.recv().await {
+            if tx.send(delta).await.is_err() {
                 break;
             }
         }

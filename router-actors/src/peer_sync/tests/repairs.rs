@@ -69,7 +69,7 @@ pub(super) async fn digest_drift_from_a_delta_lost_before_sequencing_is_repaired
 ) {
     let a = start_node(bus.clone(), 1).await;
     // b's 3rd own delta never reaches its peer-sync actor.
-    let mut b = start_node_with(bus.clone(), 2, config(), Some(|i| i != 3)).await;
+    let mut b = start_node_with(bus.clone(), 2, config(), Tap::Drop(|i| i != 3)).await;
     let quiet = a.observe().await.counters.digest_mismatches;
     assert_eq!(quiet, 0);
     sleep_ms(400).await;
@@ -155,7 +155,7 @@ pub(super) async fn deltas_arriving_while_a_snapshot_is_on_the_way_are_applied_o
 pub(super) async fn a_lost_last_delta_does_not_stall_heartbeats(bus: Arc<dyn Bus>) {
     let a = start_node(bus.clone(), 1).await;
     // b's 2nd own delta, its last one, never reaches its peer-sync actor.
-    let mut b = start_node_with(bus.clone(), 2, config(), Some(|i| i != 2)).await;
+    let mut b = start_node_with(bus.clone(), 2, config(), Tap::Drop(|i| i != 2)).await;
     sleep_ms(400).await;
     b.book(1, 1).await;
     b.book(1, 2).await;

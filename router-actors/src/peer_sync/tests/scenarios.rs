@@ -10,6 +10,7 @@ on_local_bus!(
     a_late_node_sees_existing_bookings_before_it_reports_ready,
     malformed_and_foreign_payloads_are_counted_and_ignored,
     a_restarted_peer_replaces_what_its_previous_run_held,
+    queued_deltas_go_out_batched_and_a_heartbeat_between_them_stays_between_them,
 );
 
 pub(super) async fn two_routers_converge_under_random_bookings_and_end_idle(bus: Arc<dyn Bus>) {
@@ -128,21 +129,25 @@ pub(super) async fn malformed_and_foreign_payloads_are_counted_and_ignored(bus: 
     let a = start_node(bus.clone(), 1).await;
     sleep_ms(400).await;
     let subject = Subjects::new(CLUSTER).bookings(POOL);
-    let delta = BookingMsg::Delta(BookingDelta::Release {
+    let delta = BookingMsg::Deltas(vec![BookingDelta::Release {
         request: RequestId::from_u128(1),
-    });
+    }]);
     let foreign = Outbox::new("elsewhere", Uuid::from_u128(7))
         .seal(&subject, delta.clone())
         .expect("encodes");
-    let future = encode(&Envelope {
-        v: 99,
-        cluster: CLUSTER.into(),
-        sender: Uuid::from_u128(7),
-        seq: 1,
-        sent_at_us: 0,
-        body: delta,
-    })
-    .expect("encodes");
+    let versioned = |v| {
+        encode(&Envelope {
+            v,
+            cluster: CLUSTER.into(),
+            sender: Uuid::from_u128(7),
+            seq: 1,
+            sent_at_us: 0,
+            body: delta.clone(),
+        })
+        .expect("encodes")
+    };
+    // A later version, and version 1 (one delta per message) from a node not upgraded.
+    let (future, past) = (versioned(99), versioned(1));
     let wrong_body = Outbox::new(CLUSTER, Uuid::from_u128(7))
         .seal(&subject, SnapshotRequest { owner: None })
         .expect("encodes");
@@ -151,6 +156,7 @@ pub(super) async fn malformed_and_foreign_payloads_are_counted_and_ignored(bus: 
         bytes::Bytes::new(),
         foreign,
         future,
+        past,
         wrong_body,
     ] {
         bus.publish(subject.clone(), payload)
@@ -172,7 +178,7 @@ pub(super) async fn malformed_and_foreign_payloads_are_counted_and_ignored(bus: 
             s.decode_errors.unknown_version,
             s.decode_errors.foreign_cluster
         ),
-        (4, 1, 1),
+        (4, 2, 1),
         "{:?}",
         s.decode_errors
     );
@@ -214,5 +220,44 @@ pub(super) async fn a_restarted_peer_replaces_what_its_previous_run_held(bus: Ar
         (0, 0, 0, 0),
         "{c:?}"
     );
+    assert_converged(&[&a, &b]).await;
+}
+
+pub(super) async fn queued_deltas_go_out_batched_and_a_heartbeat_between_them_stays_between_them(
+    bus: Arc<dyn Bus>,
+) {
+    let a = start_node(bus.clone(), 1).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut b = start_node_with(bus.clone(), 2, config(), Tap::Gate(gate.clone())).await;
+    sleep_ms(400).await;
+    let before = b.observe().await.counters;
+    // 50 bookings, then b's heartbeat at 500 ms (its digest reflects those 50, whose deltas
+    // are still held), then 50 more; then all 100 deltas reach b's peer sync at once.
+    for seed in 0..50 {
+        b.book(1, seed).await;
+    }
+    sleep_ms(150).await;
+    let waiting = b.observe().await;
+    assert_eq!(waiting.deferred, 1, "the heartbeat waits for its deltas");
+    for seed in 50..100 {
+        b.book(1, seed).await;
+    }
+    gate.notify_one();
+    sleep_ms(50).await;
+    let after = b.observe().await.counters;
+    assert_eq!(after.own_deltas - before.own_deltas, 100, "{after:?}");
+    // Two `Deltas` messages cut at the heartbeat, and the heartbeat between them.
+    assert_eq!(after.published - before.published, 3, "{after:?}");
+    assert_eq!(
+        after.heartbeats_sent - before.heartbeats_sent,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.deferred_forced, 0, "{after:?}");
+    let c = a.observe().await.counters;
+    assert_eq!(c.applied, 100, "{c:?}");
+    // The heartbeat was checked against the first 50 alone: an answer published after all
+    // 100 would disagree with the peer's ledger.
+    assert_eq!((c.digest_mismatches, c.gaps), (0, 0), "{c:?}");
     assert_converged(&[&a, &b]).await;
 }
