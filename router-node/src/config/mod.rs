@@ -288,8 +288,9 @@ pub enum OtlpProtocol {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetrySection {
+    /// Logs are events only (spans go to the OTLP exporter alone).
     pub log_format: LogFormat,
-    /// A `tracing` env-filter directive (`info`, `router_node=debug,info`, ...).
+    /// A `tracing` env-filter directive for log events (`info`, `router_node=debug,info`, ...).
     pub log_filter: String,
     /// Where to export traces; absent: no trace export.
     #[serde(skip_serializing_if = "Option::is_none")]
