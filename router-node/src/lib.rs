@@ -4,6 +4,7 @@
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `engine`: the simulated engine behind `worker --sim` (block pool, scheduler, timing).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
+//! - `loadgen`: one measured streaming request and latency percentiles (the HTTP demo's clients).
 //! - `node_metrics`: what `/metrics` reads from a running node's actors at scrape time.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
@@ -12,6 +13,7 @@
 pub mod config;
 pub mod engine;
 pub mod frontend;
+pub mod loadgen;
 pub mod node_metrics;
 pub mod serve;
 pub mod telemetry;
