@@ -235,10 +235,6 @@ impl Latency {
         self.0.saturating_record(micros(d).max(1));
     }
 
-    pub fn histogram(&self) -> &Histogram<u64> {
-        &self.0
-    }
-
     pub fn percentiles(&self) -> Percentiles {
         let h = &self.0;
         let at = |q: f64| {

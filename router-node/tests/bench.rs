@@ -19,13 +19,31 @@ use router_node::worker::{SimConfig, SimWorker};
 use support::spawn_node;
 use tokio::net::TcpListener;
 
-/// A fresh file in the temp dir holding `text`.
-fn temp_file(name: &str, text: &str) -> PathBuf {
+/// A fresh file holding `text` in its own temp folder, removed when this is dropped.
+struct TempFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
     let dir = std::env::temp_dir().join(format!("switchyard-bench-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    TempFile { dir, path }
 }
 
 /// Six requests, 1 s apart in trace time; the last five share blocks 0 and 1 with the first.
@@ -60,7 +78,7 @@ async fn a_replay_accounts_for_every_request_and_sees_the_shared_prefix() {
         block_tokens: 32,
         json: Some(json.clone()),
         timeout: Duration::from_secs(30),
-        ..BenchOptions::new(&trace, format!("{}/", node.url))
+        ..BenchOptions::new(trace.to_path_buf(), format!("{}/", node.url))
     };
     let report = bench::run(&opts).await.unwrap();
 

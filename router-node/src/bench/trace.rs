@@ -15,14 +15,14 @@ use super::BenchError;
 /// Token ids are drawn below this (inside every common vocabulary).
 const VOCAB: u64 = 100_000;
 
-/// One request of the trace. Fields beyond these four are ignored (trace variants add some).
+/// One request of the trace. All four fields are required (a misspelt `hash_ids` must not
+/// quietly mean "no shared prefix"); fields beyond them are ignored (trace variants add some).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct TraceRecord {
     /// Arrival, milliseconds after the trace's start.
     pub timestamp: u64,
     pub input_length: u64,
     pub output_length: u64,
-    #[serde(default)]
     pub hash_ids: Vec<u64>,
 }
 
@@ -136,8 +136,9 @@ mod tests {
         for bad in [
             "not json",
             "{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}",
-            "{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1}",
-            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1}",
+            "{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}",
+            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}",
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hashids\": [1]}",
         ] {
             let text = format!("{good}\n{good}\n{bad}\n{good}\n");
             let err = Trace::parse(&text, None).err().map(|e| e.to_string());
