@@ -1,12 +1,12 @@
 //! The command line: `demo` runs the embedded demo (over HTTP, or `--offline` in simulated
 //! time); `serve` runs a router node
 //! (`router_node::serve`); `worker --sim` runs a simulated engine (`router_node::worker`);
-//! `print-config` prints the effective configuration; `bench` is reserved for the trace
-//! replayer and says so until it exists.
+//! `print-config` prints the effective configuration; `bench` replays a trace against an
+//! endpoint (`router_node::bench`).
 //!
-//! Exit codes: 0 success, 1 a demo whose accounting or ledgers came out wrong or a node that
-//! failed while running, 2 a usage or configuration error or a command that is not
-//! implemented yet.
+//! Exit codes: 0 success (a bench run that finished, even with shed requests), 1 a demo
+//! whose accounting or ledgers came out wrong, a node that failed while running or a bench
+//! run whose every request failed in transport, 2 a usage, configuration or trace error.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -38,8 +38,9 @@ enum Command {
     Serve(ConfigArgs),
     /// Run a simulated engine: an OpenAI API over the mocker, announced on the bus.
     Worker(Box<router_node::worker::cmd::WorkerArgs>),
-    /// Replay a trace against an endpoint (not implemented yet).
-    Bench(Reserved),
+    /// Replay a Mooncake trace against an OpenAI endpoint, open loop, and report TTFT / ITL /
+    /// end-to-end percentiles, throughput, shed rate and prefix hit rate per class.
+    Bench(BenchArgs),
     /// Print the effective configuration (defaults, then the file, then the environment)
     /// as TOML.
     PrintConfig(ConfigArgs),
@@ -89,12 +90,45 @@ struct ConfigArgs {
     config: Option<PathBuf>,
 }
 
-/// Arguments of a command that does not exist yet: accepted so the message is about the
-/// command, not about its flags.
 #[derive(Debug, Args)]
-struct Reserved {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    args: Vec<OsString>,
+struct BenchArgs {
+    /// The trace: Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`,
+    /// `hash_ids`).
+    #[arg(long, value_name = "PATH")]
+    trace: PathBuf,
+    /// The endpoint's base URL (requests go to URL/v1/completions).
+    #[arg(long, value_name = "BASE_URL")]
+    url: String,
+    /// Divide every arrival time by this.
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    /// Replay only the first N records.
+    #[arg(long, value_name = "N")]
+    max_requests: Option<usize>,
+    /// Send every request in this policy class (`x-policy-class`).
+    #[arg(long, value_name = "NAME", conflicts_with = "classes")]
+    class: Option<String>,
+    /// A seeded weighted class per request, e.g. interactive=3,batch=1.
+    #[arg(long, value_name = "NAME=WEIGHT,...")]
+    classes: Option<String>,
+    /// Cap on each request's `max_tokens` (the trace's output_length otherwise).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_tokens: u64,
+    /// Prompt tokens per trace hash id.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    block_tokens: u64,
+    /// The `model` of every request.
+    #[arg(long, default_value = "sim")]
+    model: String,
+    /// Also write the result as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Longest one request may take end to end.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout_secs: u64,
+    /// Seed of the weighted class draw.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 /// Parses `args` (including the program name) and runs the command.
@@ -111,7 +145,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Demo(args) => run_demo(&args),
         Command::Serve(args) => router_node::serve::main(args.config.as_deref()),
         Command::Worker(args) => router_node::worker::cmd::run(&args),
-        Command::Bench(_) => not_yet("bench", "the trace replayer"),
+        Command::Bench(args) => run_bench(args),
         Command::PrintConfig(args) => print_config(&args),
     }
 }
@@ -138,12 +172,60 @@ fn print_config(args: &ConfigArgs) -> ExitCode {
     }
 }
 
-fn not_yet(command: &str, what: &str) -> ExitCode {
-    eprintln!(
-        "router-node {command}: not implemented yet ({what} comes in a later issue); \
-         try `router-node demo`"
-    );
-    ExitCode::from(2)
+fn run_bench(args: BenchArgs) -> ExitCode {
+    use router_node::bench::{self, BenchOptions, ClassChoice};
+    let classes = match (args.class, args.classes.as_deref()) {
+        (Some(name), _) => ClassChoice::Fixed(name),
+        (None, Some(spec)) => match ClassChoice::parse_weights(spec) {
+            Ok(choice) => choice,
+            Err(e) => {
+                eprintln!("router-node bench: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        },
+        (None, None) => ClassChoice::Default,
+    };
+    let opts = BenchOptions {
+        speedup: args.speedup,
+        max_requests: args.max_requests,
+        classes,
+        max_output_tokens: args.max_output_tokens,
+        block_tokens: usize::try_from(args.block_tokens).unwrap_or(usize::MAX),
+        model: args.model,
+        json: args.json,
+        timeout: std::time::Duration::from_secs(args.timeout_secs),
+        seed: args.seed,
+        progress: true,
+        ..BenchOptions::new(args.trace, args.url)
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("router-node bench: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(bench::run(&opts)) {
+        Ok(report) => {
+            print!("{}", report.render_table());
+            if report.all_transport_failures() {
+                eprintln!(
+                    "router-node bench: every request failed in transport; is {} up?",
+                    opts.url
+                );
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("router-node bench: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 fn run_demo(args: &DemoArgs) -> ExitCode {

@@ -1,17 +1,21 @@
 //! `router-node` as a library: the parts of the node that the binary, integration tests and
 //! benches drive directly.
 //!
+//! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `engine`: the simulated engine behind `worker --sim` (block pool, scheduler, timing).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
+//! - `loadgen`: one measured streaming request and latency percentiles (bench and demo).
 //! - `node_metrics`: what `/metrics` reads from a running node's actors at scrape time.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
 //! - `worker`: `worker --sim`, the simulated engine behind an OpenAI-compatible API.
 
+pub mod bench;
 pub mod config;
 pub mod engine;
 pub mod frontend;
+pub mod loadgen;
 pub mod node_metrics;
 pub mod serve;
 pub mod telemetry;

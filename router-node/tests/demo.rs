@@ -165,14 +165,6 @@ fn bad_command_lines_exit_non_zero_with_a_message() {
 }
 
 #[test]
-fn the_reserved_bench_command_says_it_is_not_implemented_and_exits_2() {
-    let out = router_node(&["bench", "--config", "node.toml"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not implemented yet"), "{err}");
-}
-
-#[test]
 fn help_and_version_succeed() {
     for args in [&["--help"][..], &["demo", "--help"][..], &["--version"][..]] {
         let out = router_node(args);

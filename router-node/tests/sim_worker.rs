@@ -145,7 +145,8 @@ async fn non_streaming_completion_and_chat() {
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9})
+        json!({"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     let messages =

@@ -103,6 +103,9 @@ pub struct StepOutput {
     pub tokens: Vec<(RequestId, u32)>,
     /// Requests done (for a prefill engine: prefilled, KV now staged).
     pub finished: Vec<RequestId>,
+    /// Per finished request, its prompt tokens that were in the prefix cache when it was
+    /// first scheduled (what `usage.prompt_tokens_details.cached_tokens` reports).
+    pub cached_tokens: Vec<(RequestId, usize)>,
     /// Requests preempted back to the waiting queue (they will be recomputed).
     pub preempted: Vec<RequestId>,
     pub kv_events: Vec<KvEvent>,
@@ -223,8 +226,10 @@ impl Engine {
         let pass = self.sched.pass();
         let duration_us = timing::pass_duration_us(pass.work, self.cfg.speedup);
         let mut finished = Vec::with_capacity(pass.finished.len());
+        let mut cached_tokens = Vec::with_capacity(pass.finished.len());
         for mut seq in pass.finished {
             finished.push(seq.id);
+            cached_tokens.push((seq.id, seq.cached_tokens.unwrap_or(0)));
             match self.cfg.role {
                 Role::Prefill => {
                     let deadline_us = now_us
@@ -241,6 +246,7 @@ impl Engine {
             first_tokens: pass.first_tokens,
             tokens: pass.tokens,
             finished,
+            cached_tokens,
             preempted: pass.preempted,
             kv_events: self.sched.pool.drain_events(),
         }

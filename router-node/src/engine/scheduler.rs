@@ -47,6 +47,9 @@ pub struct Seq {
     pub private: usize,
     /// Leading tokens whose KV arrives without compute (a decode leg's transferred prompt).
     pub staged_tokens: usize,
+    /// Prompt tokens found in the prefix cache when the sequence was first scheduled
+    /// (vLLM's `num_cached_tokens`; a preemption does not change it). `None` until then.
+    pub cached_tokens: Option<usize>,
     /// Admission order, for LIFO preemption.
     admitted: u64,
     /// Tokens scheduled in the current pass.
@@ -73,6 +76,7 @@ impl Seq {
             held_full: 0,
             private: 0,
             staged_tokens,
+            cached_tokens: None,
             admitted: 0,
             scheduled: 0,
         }
@@ -257,6 +261,7 @@ impl Scheduler {
         s.private = need;
         s.computed = start;
         s.scheduled = n;
+        s.cached_tokens.get_or_insert(matched * bs);
         Some(n)
     }
 

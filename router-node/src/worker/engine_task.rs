@@ -35,11 +35,13 @@ pub const DELIVERY_CAPACITY: usize = 64;
 const IDLE_TICK: Duration = Duration::from_millis(10);
 
 /// Tokens of one or more passes for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Delivery {
     pub tokens: u32,
     /// The request is done (for a staging prefill request: its KV is now staged).
     pub finished: bool,
+    /// With `finished`: the prompt tokens that were already in the prefix cache.
+    pub cached_tokens: u32,
 }
 
 /// The engine's load and the task's counters, as `GET /load` shows them.
@@ -224,7 +226,7 @@ async fn run(mut task: Task, mut rx: mpsc::Receiver<Command>) {
                 if task.instant {
                     // No modelled time, but never a busy loop that starves the runtime.
                     tokio::task::yield_now().await;
-                    task.deliver(&out.tokens, &out.finished);
+                    task.deliver(&out.tokens, &out.finished, &out.cached_tokens);
                     continue;
                 }
                 let end = pass_start + Duration::from_micros(out.duration_us);
@@ -238,7 +240,7 @@ async fn run(mut task: Task, mut rx: mpsc::Receiver<Command>) {
                         },
                     }
                 }
-                task.deliver(&out.tokens, &out.finished);
+                task.deliver(&out.tokens, &out.finished, &out.cached_tokens);
             }
             other => {
                 // Nothing could be scheduled: keep any events, wait for something to change.
@@ -276,10 +278,7 @@ impl Task {
                         Sink {
                             tx: sink,
                             stage,
-                            pending: Delivery {
-                                tokens: 0,
-                                finished: false,
-                            },
+                            pending: Delivery::default(),
                         },
                     );
                 }
@@ -339,7 +338,17 @@ impl Task {
         }
     }
 
-    fn deliver(&mut self, tokens: &[(RequestId, u32)], finished: &[RequestId]) {
+    fn deliver(
+        &mut self,
+        tokens: &[(RequestId, u32)],
+        finished: &[RequestId],
+        cached: &[(RequestId, usize)],
+    ) {
+        for &(id, n) in cached {
+            if let Some(sink) = self.sinks.get_mut(&id) {
+                sink.pending.cached_tokens = u32::try_from(n).unwrap_or(u32::MAX);
+            }
+        }
         for &(id, n) in tokens {
             self.stats.output_tokens += u64::from(n);
             if let Some(sink) = self.sinks.get_mut(&id) {
@@ -384,10 +393,7 @@ impl Task {
         match sink.tx.try_send(sink.pending) {
             Ok(()) => {
                 let done = sink.pending.finished;
-                sink.pending = Delivery {
-                    tokens: 0,
-                    finished: false,
-                };
+                sink.pending = Delivery::default();
                 if done {
                     self.sinks.remove(&id);
                 }

@@ -338,10 +338,13 @@ impl Reply {
         }
     }
 
-    fn usage(&self, completion: u64) -> Value {
+    /// vLLM's usage, with `prompt_tokens_details.cached_tokens`: the prompt tokens the
+    /// engine found in its prefix cache.
+    fn usage(&self, completion: u64, cached: u32) -> Value {
         let prompt = self.prompt_tokens as u64;
         json!({"prompt_tokens": prompt, "completion_tokens": completion,
-               "total_tokens": prompt + completion})
+               "total_tokens": prompt + completion,
+               "prompt_tokens_details": {"cached_tokens": cached}})
     }
 
     fn chunk(&self, choice: Value, extra: Option<(&str, Value)>) -> bytes::Bytes {
@@ -387,7 +390,7 @@ impl Reply {
         }
     }
 
-    fn full(&self, completion: u64) -> Value {
+    fn full(&self, completion: u64, cached: u32) -> Value {
         let text = TOKEN_TEXT.repeat(usize::try_from(completion).unwrap_or(0));
         let choice = match self.endpoint {
             Endpoint::Completions => {
@@ -398,7 +401,7 @@ impl Reply {
         };
         let mut body = json!({
             "id": self.completion_id, "object": self.object(false), "created": self.created,
-            "model": self.model, "choices": [choice], "usage": self.usage(completion),
+            "model": self.model, "choices": [choice], "usage": self.usage(completion, cached),
         });
         if let (Some(params), Value::Object(map)) = (&self.transfer, &mut body) {
             map.insert("kv_transfer_params".to_owned(), params.clone());
@@ -599,7 +602,7 @@ async fn collect_response(
                 completion += u64::from(d.tokens);
                 if d.finished {
                     guard.armed = false;
-                    return Json(reply.full(completion)).into_response();
+                    return Json(reply.full(completion, d.cached_tokens)).into_response();
                 }
             }
             None => return engine_gone(),
@@ -672,14 +675,15 @@ impl StreamState {
         if d.finished {
             self.guard.armed = false;
             self.done = true;
-            let usage = self.reply.usage(self.sent_tokens);
+            let usage = self.reply.usage(self.sent_tokens, d.cached_tokens);
             let mut chunk = self
                 .reply
                 .chunk(self.reply.final_choice(), Some(("usage", usage)));
             if d.tokens == 0
                 && let Some(params) = self.reply.transfer.clone()
             {
-                let mut usage_and_params = json!({"usage": self.reply.usage(self.sent_tokens)});
+                let mut usage_and_params =
+                    json!({"usage": self.reply.usage(self.sent_tokens, d.cached_tokens)});
                 if let Value::Object(map) = &mut usage_and_params {
                     map.insert("kv_transfer_params".to_owned(), params);
                 }

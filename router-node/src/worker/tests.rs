@@ -159,3 +159,25 @@ async fn an_instant_engine_takes_no_tokio_time() {
     assert!(load.passes >= 8, "{load:?}");
     assert_eq!(load.engine.kv_used_blocks, 0);
 }
+
+/// The final delivery says how many prompt tokens were already in the prefix cache: none
+/// the first time, every full block but the last token's the second time.
+#[tokio::test(start_paused = true)]
+async fn the_final_delivery_reports_the_cached_prompt_tokens() {
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
+    let prompt: Vec<u32> = (0..100).collect();
+    let last = |mut rx: mpsc::Receiver<Delivery>| async move {
+        let mut last = Delivery::default();
+        while let Some(d) = rx.recv().await {
+            last = d;
+        }
+        last
+    };
+    let first = last(submit(&h, 1, prompt.clone(), 2).await).await;
+    assert!(first.finished);
+    assert_eq!(first.cached_tokens, 0);
+    let second = last(submit(&h, 2, prompt, 2).await).await;
+    assert!(second.finished);
+    // 100 tokens = 6 full blocks of 16; all six were cached.
+    assert_eq!(second.cached_tokens, 96);
+}

@@ -10,16 +10,16 @@
 //!
 //! Each request ends in exactly one [`Outcome`]: admitted (HTTP 200; then completed when
 //! the stream ended with `[DONE]` and no error event) or rejected by a reason (the JSON
-//! error's `reason`, or `http_<status>` / `transport_error` when there is none).
+//! error's `reason`, or `http_<status>` / `transport_error` when there is none). The HTTP
+//! exchange itself is `router_node::loadgen::send_streaming`, shared with `router-node bench`.
 
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::demo::workload::{Spec, mix};
-use router_node::frontend::CLASS_HEADER;
+use router_node::loadgen;
 
 /// Single-token words (with their leading space) of the o200k vocabulary.
 const WORDS: [&str; 64] = [
@@ -57,7 +57,7 @@ pub enum Outcome {
     Admitted {
         /// The stream ended with `[DONE]` and carried no error event.
         completed: bool,
-        /// Send → first body chunk.
+        /// Send → first content chunk.
         ttft: Option<Duration>,
         /// Send → end of the stream.
         e2e: Duration,
@@ -115,96 +115,14 @@ pub async fn run(base: &str, specs: Vec<Spec>, speedup: f64) -> Result<Vec<Finis
 }
 
 async fn send(client: &reqwest::Client, url: &str, class: &str, body: &Value) -> Outcome {
-    let sent = Instant::now();
-    let response = match client
-        .post(url)
-        .header(CLASS_HEADER, class)
-        .json(body)
-        .send()
-        .await
-    {
-        Ok(response) => response,
-        Err(e) => {
-            let reason = if e.is_timeout() {
-                "client_timeout"
-            } else {
-                "transport_error"
-            };
-            return Outcome::Rejected {
-                reason: reason.to_owned(),
-            };
-        }
-    };
-    let status = response.status();
-    if !status.is_success() {
-        let reason = response
-            .json::<Value>()
-            .await
-            .ok()
-            .and_then(|v| v["error"]["reason"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| format!("http_{}", status.as_u16()));
-        return Outcome::Rejected { reason };
-    }
-    let mut ttft = None;
-    let mut sse = SseTail::default();
-    let mut stream = response.bytes_stream();
-    let mut broken = false;
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(bytes) => {
-                if ttft.is_none() && !bytes.is_empty() {
-                    ttft = Some(sent.elapsed());
-                }
-                sse.feed(&bytes);
-            }
-            Err(_) => {
-                broken = true;
-                break;
-            }
-        }
-    }
-    Outcome::Admitted {
-        completed: !broken && sse.done && !sse.error,
-        ttft,
-        e2e: sent.elapsed(),
-        prompt_tokens: sse.prompt_tokens,
-    }
-}
-
-/// Reads SSE events as they arrive: `[DONE]`, error events and the final `usage`.
-#[derive(Debug, Default)]
-struct SseTail {
-    partial: Vec<u8>,
-    done: bool,
-    error: bool,
-    prompt_tokens: Option<u64>,
-}
-
-impl SseTail {
-    fn feed(&mut self, bytes: &[u8]) {
-        self.partial.extend_from_slice(bytes);
-        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let Ok(line) = std::str::from_utf8(&line) else {
-                continue;
-            };
-            let Some(data) = line.trim_end().strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim_start();
-            if data == "[DONE]" {
-                self.done = true;
-            } else if (data.contains("\"error\"") || data.contains("\"usage\""))
-                && let Ok(event) = serde_json::from_str::<Value>(data)
-            {
-                if event.get("error").is_some_and(|e| !e.is_null()) {
-                    self.error = true;
-                }
-                if let Some(n) = event["usage"]["prompt_tokens"].as_u64() {
-                    self.prompt_tokens = Some(n);
-                }
-            }
-        }
+    match loadgen::send_streaming(client, url, Some(class), body).await {
+        loadgen::Outcome::Admitted(s) => Outcome::Admitted {
+            completed: s.completed,
+            ttft: s.ttft,
+            e2e: s.e2e,
+            prompt_tokens: s.prompt_tokens,
+        },
+        loadgen::Outcome::Rejected { reason, .. } => Outcome::Rejected { reason },
     }
 }
 
@@ -241,19 +159,5 @@ mod tests {
             .count() as u64;
         assert!(shared > a.1.prefix_tokens, "{shared}");
         assert!(shared < a.1.prefix_tokens + 8, "{shared}");
-    }
-
-    #[test]
-    fn the_sse_tail_finds_done_usage_and_errors_across_chunk_borders() {
-        let mut tail = SseTail::default();
-        tail.feed(b"data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"usa");
-        tail.feed(b"ge\":{\"prompt_tokens\":12}}\n\ndata: [DO");
-        assert!(!tail.done);
-        tail.feed(b"NE]\n\n");
-        assert!(tail.done && !tail.error);
-        assert_eq!(tail.prompt_tokens, Some(12));
-        let mut broken = SseTail::default();
-        broken.feed(b"data: {\"error\":{\"reason\":\"upstream_broken\"}}\n\n");
-        assert!(broken.error && !broken.done);
     }
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::load::{Finished, Outcome};
 use crate::demo::report::{Percentiles, round};
+use router_node::loadgen::micros;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassReport {
@@ -86,10 +87,6 @@ struct Rec {
     report: ClassReport,
     ttft: Histogram<u64>,
     e2e: Histogram<u64>,
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl HttpReport {

@@ -1,0 +1,289 @@
+//! What `router-node bench` measured, per class and overall, as a table or JSON.
+//!
+//! Every request lands in exactly one bucket: `ok` (HTTP 200 and a stream that ended with
+//! `[DONE]` without an error event), `shed` (HTTP 429 or 503, by the JSON error's `reason`,
+//! else `http_<status>`), or `errors` (anything else, by reason; `transport_failures` counts
+//! the ones that got no HTTP response at all). Latencies are those of the `ok` requests, in
+//! milliseconds: TTFT (send → first content chunk), ITL (gaps between content chunks) and
+//! end to end. Rates are over the run's wall clock. The prefix hit rate is the share of the
+//! `ok` requests' prompt tokens the endpoint reported as cached
+//! (`usage.prompt_tokens_details.cached_tokens`); `None` when it reported none.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::loadgen::{Latency, Outcome, Percentiles};
+
+/// The class name of requests sent without a class header.
+pub const DEFAULT_CLASS: &str = "default";
+
+/// One finished request: its class (`None`: no header) and how it ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub class: Option<String>,
+    pub outcome: Outcome,
+}
+
+/// One class's numbers (or the overall ones, class `"all"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassStats {
+    pub class: String,
+    pub sent: u64,
+    pub ok: u64,
+    pub shed: u64,
+    pub shed_by_reason: BTreeMap<String, u64>,
+    pub errors: u64,
+    pub errors_by_reason: BTreeMap<String, u64>,
+    /// Errors without any HTTP response (connection refused, reset, client timeout).
+    pub transport_failures: u64,
+    pub ttft_ms: Percentiles,
+    pub itl_ms: Percentiles,
+    pub e2e_ms: Percentiles,
+    /// Output tokens of the ok requests (`usage.completion_tokens`, else content chunks).
+    pub output_tokens: u64,
+    /// Ok requests per second of wall clock.
+    pub request_rate: f64,
+    pub output_tokens_per_s: f64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub prefix_hit_pct: Option<f64>,
+}
+
+/// The result of one replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub url: String,
+    pub trace: String,
+    pub speedup: f64,
+    pub seed: u64,
+    pub wall_s: f64,
+    pub classes: Vec<ClassStats>,
+    pub overall: ClassStats,
+}
+
+/// Run facts the clients do not measure.
+#[derive(Debug, Clone)]
+pub struct RunFacts {
+    pub url: String,
+    pub trace: String,
+    pub speedup: f64,
+    pub seed: u64,
+    pub wall: Duration,
+}
+
+struct Acc {
+    stats: ClassStats,
+    ttft: Latency,
+    itl: Latency,
+    e2e: Latency,
+    reported_cache: bool,
+}
+
+impl Acc {
+    fn new(class: &str) -> Result<Self, hdrhistogram::CreationError> {
+        Ok(Self {
+            stats: ClassStats {
+                class: class.to_owned(),
+                sent: 0,
+                ok: 0,
+                shed: 0,
+                shed_by_reason: BTreeMap::new(),
+                errors: 0,
+                errors_by_reason: BTreeMap::new(),
+                transport_failures: 0,
+                ttft_ms: Percentiles::default(),
+                itl_ms: Percentiles::default(),
+                e2e_ms: Percentiles::default(),
+                output_tokens: 0,
+                request_rate: 0.0,
+                output_tokens_per_s: 0.0,
+                prompt_tokens: 0,
+                cached_tokens: 0,
+                prefix_hit_pct: None,
+            },
+            ttft: Latency::new()?,
+            itl: Latency::new()?,
+            e2e: Latency::new()?,
+            reported_cache: false,
+        })
+    }
+
+    fn add(&mut self, outcome: &Outcome) {
+        let s = &mut self.stats;
+        s.sent += 1;
+        match outcome {
+            Outcome::Admitted(r) if r.completed => {
+                s.ok += 1;
+                if let Some(t) = r.ttft {
+                    self.ttft.record(t);
+                }
+                for &gap in &r.itl {
+                    self.itl.record(gap);
+                }
+                self.e2e.record(r.e2e);
+                s.output_tokens += r.completion_tokens.unwrap_or(r.content_chunks);
+                if let (Some(prompt), Some(cached)) = (r.prompt_tokens, r.cached_tokens) {
+                    s.prompt_tokens += prompt;
+                    s.cached_tokens += cached.min(prompt);
+                    self.reported_cache = true;
+                }
+            }
+            Outcome::Admitted(_) => {
+                s.errors += 1;
+                *s.errors_by_reason
+                    .entry("incomplete_stream".to_owned())
+                    .or_insert(0) += 1;
+            }
+            Outcome::Rejected {
+                status: Some(429 | 503),
+                reason,
+            } => {
+                s.shed += 1;
+                *s.shed_by_reason.entry(reason.clone()).or_insert(0) += 1;
+            }
+            Outcome::Rejected { status, reason } => {
+                s.errors += 1;
+                if status.is_none() {
+                    s.transport_failures += 1;
+                }
+                *s.errors_by_reason.entry(reason.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    fn finish(mut self, wall: Duration) -> ClassStats {
+        let secs = wall.as_secs_f64().max(1e-9);
+        let s = &mut self.stats;
+        s.ttft_ms = self.ttft.percentiles();
+        s.itl_ms = self.itl.percentiles();
+        s.e2e_ms = self.e2e.percentiles();
+        s.request_rate = round2(s.ok as f64 / secs);
+        s.output_tokens_per_s = round2(s.output_tokens as f64 / secs);
+        s.prefix_hit_pct = (self.reported_cache && s.prompt_tokens > 0)
+            .then(|| round2(s.cached_tokens as f64 * 100.0 / s.prompt_tokens as f64));
+        self.stats
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+impl BenchReport {
+    /// Folds the outcomes into per-class rows in `classes` order (classes not listed are
+    /// appended as they appear) and an overall row.
+    pub fn build(
+        classes: &[String],
+        finished: &[Finished],
+        facts: RunFacts,
+    ) -> Result<Self, hdrhistogram::CreationError> {
+        let mut accs = classes
+            .iter()
+            .map(|c| Acc::new(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut overall = Acc::new("all")?;
+        for f in finished {
+            let name = f.class.as_deref().unwrap_or(DEFAULT_CLASS);
+            let i = match accs.iter().position(|a| a.stats.class == name) {
+                Some(i) => i,
+                None => {
+                    accs.push(Acc::new(name)?);
+                    accs.len() - 1
+                }
+            };
+            if let Some(acc) = accs.get_mut(i) {
+                acc.add(&f.outcome);
+            }
+            overall.add(&f.outcome);
+        }
+        Ok(Self {
+            url: facts.url,
+            trace: facts.trace,
+            speedup: facts.speedup,
+            seed: facts.seed,
+            wall_s: round2(facts.wall.as_secs_f64()),
+            classes: accs.into_iter().map(|a| a.finish(facts.wall)).collect(),
+            overall: overall.finish(facts.wall),
+        })
+    }
+
+    /// Whether every request failed without an HTTP response (the endpoint was unreachable).
+    pub fn all_transport_failures(&self) -> bool {
+        self.overall.sent > 0 && self.overall.transport_failures == self.overall.sent
+    }
+
+    pub fn render_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "router-node bench: {} requests of {} against {} ({}x speedup) in {} s wall clock\n",
+            self.overall.sent, self.trace, self.url, self.speedup, self.wall_s
+        );
+        let _ = writeln!(
+            s,
+            "{:<12} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>6}",
+            "class",
+            "sent",
+            "ok",
+            "shed",
+            "errors",
+            "ttft p50",
+            "ttft p90",
+            "ttft p99",
+            "itl p50",
+            "itl p99",
+            "e2e p50",
+            "e2e p99",
+            "req/s",
+            "out tok/s",
+            "hit %"
+        );
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        for c in self.classes.iter().chain(std::iter::once(&self.overall)) {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8.2} {:>9.1} {:>6}",
+                c.class,
+                c.sent,
+                c.ok,
+                c.shed,
+                c.errors,
+                ms(c.ttft_ms.p50),
+                ms(c.ttft_ms.p90),
+                ms(c.ttft_ms.p99),
+                ms(c.itl_ms.p50),
+                ms(c.itl_ms.p99),
+                ms(c.e2e_ms.p50),
+                ms(c.e2e_ms.p99),
+                c.request_rate,
+                c.output_tokens_per_s,
+                c.prefix_hit_pct
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "(ok = HTTP 200 streamed to [DONE]; shed = HTTP 429/503; latencies of ok requests in \
+             wall-clock ms; hit % = cached / prompt tokens as the endpoint reported them)"
+        );
+        for c in &self.classes {
+            let reasons: Vec<String> = c
+                .shed_by_reason
+                .iter()
+                .map(|(k, v)| format!("shed {k} {v}"))
+                .chain(
+                    c.errors_by_reason
+                        .iter()
+                        .map(|(k, v)| format!("error {k} {v}")),
+                )
+                .collect();
+            if !reasons.is_empty() {
+                let _ = writeln!(s, "{:<12} {}", format!("{}:", c.class), reasons.join(", "));
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,176 @@
+//! Mooncake traces: one JSON object a line, `{"timestamp": ms, "input_length": n,
+//! "output_length": m, "hash_ids": [...]}` (the format of the Mooncake / FAST'25 release).
+//! Each `hash_id` names one block of `block_tokens` prompt tokens; lines that share a
+//! leading run of hash ids share that prompt prefix.
+//!
+//! [`prompt_tokens`] turns a record into token ids: block `h` at position `j` is always the
+//! same token (a hash of `(h, j)`), so equal hash ids give equal token runs and the prefix
+//! sharing of the trace survives. The prompt is cut to `input_length`; when the hash ids
+//! cover fewer tokens, the rest are private to the line (a hash of the line number).
+
+use serde::Deserialize;
+
+use super::BenchError;
+
+/// Token ids are drawn below this (inside every common vocabulary).
+const VOCAB: u64 = 100_000;
+
+/// One request of the trace. All four fields are required (a misspelt `hash_ids` must not
+/// quietly mean "no shared prefix"); fields beyond them are ignored (trace variants add some).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TraceRecord {
+    /// Arrival, milliseconds after the trace's start.
+    pub timestamp: u64,
+    pub input_length: u64,
+    pub output_length: u64,
+    pub hash_ids: Vec<u64>,
+}
+
+/// A parsed trace: records with their 1-based line numbers, in file order.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    pub records: Vec<(usize, TraceRecord)>,
+}
+
+impl Trace {
+    /// Parses JSONL text; blank lines are skipped. Stops after `max` records when given.
+    /// A line that is not a trace record is an error naming its line number.
+    pub fn parse(text: &str, max: Option<usize>) -> Result<Self, BenchError> {
+        let mut records = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if max.is_some_and(|m| records.len() >= m) {
+                break;
+            }
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let record: TraceRecord =
+                serde_json::from_str(line).map_err(|e| BenchError::Trace {
+                    line: i + 1,
+                    message: e.to_string(),
+                })?;
+            if record.input_length == 0 {
+                return Err(BenchError::Trace {
+                    line: i + 1,
+                    message: "input_length must be at least 1".to_owned(),
+                });
+            }
+            records.push((i + 1, record));
+        }
+        if records.is_empty() {
+            return Err(BenchError::Trace {
+                line: 0,
+                message: "the trace has no records".to_owned(),
+            });
+        }
+        Ok(Self { records })
+    }
+}
+
+/// SplitMix64's finaliser: a well-mixed 64-bit hash of `x`.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn token(seed: u64) -> u32 {
+    // VOCAB < 2^32, so the remainder always fits.
+    u32::try_from(mix(seed) % VOCAB).unwrap_or(0)
+}
+
+/// The prompt of `record` (line `line` of the trace) as token ids, `block_tokens` per hash id.
+pub fn prompt_tokens(record: &TraceRecord, line: usize, block_tokens: usize) -> Vec<u32> {
+    let len = usize::try_from(record.input_length).unwrap_or(usize::MAX);
+    let block_tokens = block_tokens.max(1);
+    let mut tokens = Vec::with_capacity(len.min(1 << 20));
+    'blocks: for &h in &record.hash_ids {
+        for j in 0..block_tokens {
+            if tokens.len() >= len {
+                break 'blocks;
+            }
+            tokens.push(token(mix(h) ^ (j as u64).rotate_left(40)));
+        }
+    }
+    let private = mix((1 << 63) | line as u64);
+    let mut j = 0_u64;
+    while tokens.len() < len {
+        tokens.push(token(private ^ j));
+        j += 1;
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(input_length: u64, hash_ids: &[u64]) -> TraceRecord {
+        TraceRecord {
+            timestamp: 0,
+            input_length,
+            output_length: 4,
+            hash_ids: hash_ids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_mooncake_fields_parse_and_max_stops_early() {
+        let text = "{\"timestamp\": 0, \"input_length\": 6758, \"output_length\": 500, \
+                    \"hash_ids\": [0, 1, 2]}\n\n{\"timestamp\": 27, \"input_length\": 10, \
+                    \"output_length\": 3, \"hash_ids\": [0]}\n";
+        let trace = Trace::parse(text, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(trace.records.len(), 2);
+        assert_eq!(trace.records[1].0, 3, "line numbers count blank lines");
+        assert_eq!(trace.records[1].1.timestamp, 27);
+        let one = Trace::parse(text, Some(1)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(one.records.len(), 1);
+    }
+
+    #[test]
+    fn a_malformed_line_is_an_error_naming_its_line() {
+        let good =
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}";
+        for bad in [
+            "not json",
+            "{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}",
+            "{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}",
+            "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}",
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hashids\": [1]}",
+        ] {
+            let text = format!("{good}\n{good}\n{bad}\n{good}\n");
+            let err = Trace::parse(&text, None).err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("{bad:?} parsed"));
+            assert!(err.contains("line 3"), "{bad:?}: {err}");
+        }
+        assert!(Trace::parse("\n\n", None).is_err());
+    }
+
+    #[test]
+    fn equal_hash_ids_give_equal_token_runs() {
+        let a = prompt_tokens(&record(40, &[7, 8, 9]), 1, 16);
+        let b = prompt_tokens(&record(40, &[7, 8, 10]), 2, 16);
+        assert_eq!(a.len(), 40);
+        assert_eq!(a[..32], b[..32], "blocks 7 and 8 are shared");
+        assert_ne!(a[32..], b[32..], "blocks 9 and 10 differ");
+        // Within a block the tokens vary; the same block elsewhere in a prompt is the same run.
+        assert!(a[..16].iter().any(|&t| t != a[0]));
+        let c = prompt_tokens(&record(32, &[8, 7]), 3, 16);
+        assert_eq!(c[..16], a[16..32]);
+        assert!(a.iter().all(|&t| u64::from(t) < VOCAB));
+    }
+
+    #[test]
+    fn prompts_are_cut_or_padded_to_input_length_with_private_tokens() {
+        let short = prompt_tokens(&record(10, &[1, 2]), 1, 16);
+        assert_eq!(short.len(), 10);
+        let p1 = prompt_tokens(&record(50, &[1]), 1, 16);
+        let p2 = prompt_tokens(&record(50, &[1]), 2, 16);
+        assert_eq!(p1.len(), 50);
+        assert_eq!(p1[..16], p2[..16]);
+        assert_ne!(p1[16..], p2[16..], "padding is private to the line");
+        assert_eq!(prompt_tokens(&record(3, &[]), 9, 16).len(), 3);
+    }
+}

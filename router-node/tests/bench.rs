@@ -1,0 +1,203 @@
+//! `router-node bench` end to end: a trace replayed over real HTTP against a router node in
+//! front of a simulated engine (`bench::run`, the library function behind the command), and
+//! the binary's exit codes for usage errors, malformed traces and an unreachable endpoint.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use router_actors::bus::local::LocalBus;
+use router_core::WorkerId;
+use router_node::bench::{self, BenchOptions, BenchReport, ClassChoice};
+use router_node::frontend::Limits;
+use router_node::worker::{SimConfig, SimWorker};
+use support::spawn_node;
+use tokio::net::TcpListener;
+
+/// A fresh file holding `text` in its own temp folder, removed when this is dropped.
+struct TempFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    TempFile { dir, path }
+}
+
+/// Six requests, 1 s apart in trace time; the last five share blocks 0 and 1 with the first.
+const TRACE: &str = r#"{"timestamp": 0, "input_length": 96, "output_length": 5, "hash_ids": [0, 1, 2]}
+{"timestamp": 1000, "input_length": 96, "output_length": 4, "hash_ids": [0, 1, 3]}
+{"timestamp": 2000, "input_length": 80, "output_length": 900, "hash_ids": [0, 1, 4]}
+{"timestamp": 3000, "input_length": 64, "output_length": 3, "hash_ids": [0, 1]}
+
+{"timestamp": 4000, "input_length": 96, "output_length": 6, "hash_ids": [0, 1, 2]}
+{"timestamp": 5000, "input_length": 70, "output_length": 2, "hash_ids": [0, 1, 5]}
+"#;
+
+#[tokio::test]
+async fn a_replay_accounts_for_every_request_and_sees_the_shared_prefix() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cfg = SimConfig {
+        worker_id: WorkerId(1),
+        speedup: 20.0,
+        heartbeat: Duration::from_millis(100),
+        ..SimConfig::default()
+    };
+    let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
+        .await
+        .unwrap();
+    let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
+    let trace = temp_file("trace.jsonl", TRACE);
+    let json = trace.with_file_name("result.json");
+    let opts = BenchOptions {
+        speedup: 20.0,
+        classes: ClassChoice::Fixed("interactive".to_owned()),
+        max_output_tokens: 8,
+        block_tokens: 32,
+        json: Some(json.clone()),
+        timeout: Duration::from_secs(30),
+        ..BenchOptions::new(trace.to_path_buf(), format!("{}/", node.url))
+    };
+    let report = bench::run(&opts).await.unwrap();
+
+    let all = &report.overall;
+    assert_eq!(all.sent, 6, "{report:#?}");
+    assert_eq!(all.ok + all.shed + all.errors, all.sent, "{report:#?}");
+    assert_eq!(all.ok, 6, "{report:#?}");
+    assert_eq!(report.classes.len(), 1);
+    assert_eq!(report.classes[0].class, "interactive");
+    assert_eq!(report.classes[0].sent, 6);
+    // max_tokens = min(output_length, 8): 5 + 4 + 8 + 3 + 6 + 2.
+    assert_eq!(all.output_tokens, 28, "{report:#?}");
+    for p in [all.ttft_ms, all.e2e_ms] {
+        assert_eq!(p.count, 6, "{p:?}");
+        let (p50, p90, p99) = (p.p50.unwrap(), p.p90.unwrap(), p.p99.unwrap());
+        assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{p:?}");
+    }
+    assert!(all.ttft_ms.p50.unwrap() <= all.e2e_ms.p50.unwrap());
+    // Every content chunk after a request's first gives one gap: 28 tokens - 6 firsts.
+    assert_eq!(all.itl_ms.count, 22, "{report:#?}");
+    assert!(all.request_rate > 0.0 && all.output_tokens_per_s > 0.0);
+    // 6 x the prompt; from the second request on, blocks 0 and 1 (64 tokens) were cached.
+    assert_eq!(all.prompt_tokens, 96 + 96 + 80 + 64 + 96 + 70);
+    let hit = all
+        .prefix_hit_pct
+        .expect("the simulated engine reports cached tokens");
+    assert!(hit > 0.0, "{report:#?}");
+    assert!(all.cached_tokens >= 4 * 48, "{report:#?}");
+
+    let written: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written, report);
+    let table = report.render_table();
+    assert!(
+        table.contains("interactive") && table.contains("ttft p50"),
+        "{table}"
+    );
+    node.assert_idle().await;
+}
+
+fn router_node(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_router-node"))
+        .args(args)
+        .output()
+        .expect("the router-node binary runs")
+}
+
+#[test]
+fn usage_and_trace_errors_exit_2_with_a_message() {
+    let bad = temp_file(
+        "bad.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{oops\n",
+    );
+    let bad = bad.to_str().unwrap();
+    let url = "http://127.0.0.1:1";
+    for (args, needle) in [
+        (vec!["bench", "--url", url], "--trace"),
+        (vec!["bench", "--trace", bad, "--url", url], "trace line 2"),
+        (
+            vec!["bench", "--trace", "/nonexistent/t.jsonl", "--url", url],
+            "cannot read",
+        ),
+        (
+            vec!["bench", "--trace", bad, "--url", "localhost:8080"],
+            "http://",
+        ),
+        (
+            vec!["bench", "--trace", bad, "--url", url, "--speedup", "0"],
+            "speedup",
+        ),
+        (
+            vec!["bench", "--trace", bad, "--url", url, "--classes", "a=1,b"],
+            "name=weight",
+        ),
+        (
+            vec![
+                "bench",
+                "--trace",
+                bad,
+                "--url",
+                url,
+                "--class",
+                "a",
+                "--classes",
+                "a=1",
+            ],
+            "cannot be used with",
+        ),
+    ] {
+        let out = router_node(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_unreachable_endpoint_exits_1_after_trying_every_request() {
+    let trace = temp_file(
+        "trace.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n\
+         {\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+    );
+    let json = trace.with_file_name("result.json");
+    let out = router_node(&[
+        "bench",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--url",
+        "http://127.0.0.1:1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("every request failed"), "{err}");
+    let report: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.overall.sent, 2);
+    assert_eq!(report.overall.transport_failures, 2);
+}
