@@ -8,16 +8,11 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::Arc;
 use std::time::Duration;
 
-use router_actors::bus::local::LocalBus;
-use router_core::WorkerId;
 use router_node::bench::{self, BenchOptions, BenchReport, ClassChoice};
 use router_node::frontend::Limits;
-use router_node::worker::{SimConfig, SimWorker};
-use support::spawn_node;
-use tokio::net::TcpListener;
+use support::{spawn_node, spawn_sim_worker};
 
 /// A fresh file holding `text` in its own temp folder, removed when this is dropped.
 struct TempFile {
@@ -58,16 +53,7 @@ const TRACE: &str = r#"{"timestamp": 0, "input_length": 96, "output_length": 5, 
 
 #[tokio::test]
 async fn a_replay_accounts_for_every_request_and_sees_the_shared_prefix() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cfg = SimConfig {
-        worker_id: WorkerId(1),
-        speedup: 20.0,
-        heartbeat: Duration::from_millis(100),
-        ..SimConfig::default()
-    };
-    let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
-        .await
-        .unwrap();
+    let worker = spawn_sim_worker(20.0).await;
     let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
     let trace = temp_file("trace.jsonl", TRACE);
     let json = trace.with_file_name("result.json");

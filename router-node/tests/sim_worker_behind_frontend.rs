@@ -13,21 +13,12 @@ use router_node::worker::{SimConfig, SimWorker};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use support::spawn_node;
+use support::{spawn_node, spawn_sim_worker};
 use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn the_frontend_relays_a_simulated_worker() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cfg = SimConfig {
-        worker_id: WorkerId(1),
-        speedup: 20.0,
-        heartbeat: Duration::from_millis(100),
-        ..SimConfig::default()
-    };
-    let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
-        .await
-        .unwrap();
+    let worker = spawn_sim_worker(20.0).await;
     let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
 
     let body: Value = node

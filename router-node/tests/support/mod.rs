@@ -164,6 +164,22 @@ pub struct Node {
     _stop: oneshot::Sender<()>,
 }
 
+/// A simulated engine (`worker --sim`, id 1) at `speedup`, on 127.0.0.1:0 and a bus of its
+/// own: a real worker for a node from [`spawn_node`] to route to.
+pub async fn spawn_sim_worker(speedup: f64) -> router_node::worker::SimWorker {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cfg = router_node::worker::SimConfig {
+        worker_id: router_core::WorkerId(1),
+        speedup,
+        heartbeat: Duration::from_millis(100),
+        ..router_node::worker::SimConfig::default()
+    };
+    let bus = Arc::new(router_actors::bus::local::LocalBus::new());
+    router_node::worker::SimWorker::start(listener, bus, cfg)
+        .await
+        .unwrap()
+}
+
 /// A node over one aggregated pool whose workers (ids 1..) are served at `workers`.
 pub async fn spawn_node(workers: &[&str], limits: Limits) -> Node {
     spawn_node_with(workers, limits, Prompter::default()).await
