@@ -1,21 +1,24 @@
 //! KvEventsActor: one per pool. It reads workers' KV events from `kv.<pool>.events`
-//! (`Envelope<KvEventBatch>`, decoded at the edge, failures counted by kind), forwards every
-//! batch to the pool's router, which applies it to the prefix index, and counts what went by:
-//! events by kind, and per publisher the sequence gaps (lost batches) and stale batches
-//! (duplicated or reordered: dropped, since applying a batch twice would only be refused).
+//! (`Envelope<KvEventBatch>`, decoded at the edge, failures counted by kind), applies every
+//! batch to the pool's prefix index itself (the [`SharedKvIndex`] the pool's router reads
+//! lock-free, so the router's lookups never wait behind a burst of events, and events never
+//! queue behind requests in the router's mailbox), and counts what went by: events by kind,
+//! events the index refused, and per publisher the sequence gaps (lost batches) and stale
+//! batches (duplicated or reordered: dropped, since applying a batch twice would only be
+//! refused).
 //!
 //! A gap is counted, not repaired: the index keeps what it has, and the blocks of a lost
 //! `Stored` batch are simply not matched (a later `Stored` under a missing parent is refused by
-//! the index and counted by the router).
+//! the index and counted here).
 
 use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
-use crate::router::{ActorGone, RouterHandle};
+use crate::router::ActorGone;
 use crate::wire::{Envelope, KvEventBatch, SeqEvent, SeqTracker, Subjects};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use router_core::PoolRole;
 use router_core::index::EventKind;
+use router_core::{EventStatus, PoolRole, SharedKvIndex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,7 +47,8 @@ pub struct KvEventsArgs {
     pub bus: Arc<dyn Bus>,
     pub subjects: Subjects,
     pub pool: PoolRole,
-    pub router: RouterHandle,
+    /// The pool's event-fed index, shared with its router.
+    pub index: SharedKvIndex,
     pub config: KvEventsConfig,
 }
 
@@ -72,7 +76,7 @@ pub struct EventCounts {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct KvEventsCounters {
-    /// Batches forwarded to the router.
+    /// Batches applied to the index.
     pub batches: u64,
     pub events: EventCounts,
     /// Batches that arrived after a skipped sequence, and how many were skipped in all.
@@ -80,8 +84,9 @@ pub struct KvEventsCounters {
     pub missed: u64,
     /// Duplicated or reordered batches: dropped.
     pub stale: u64,
-    /// Batches the router could not take (it was gone).
-    pub router_gone: u64,
+    /// Events the index refused (unknown worker or parent, duplicate, bad event id): see
+    /// the index's own counts by status.
+    pub refused: u64,
     pub forgotten_publishers: u64,
 }
 
@@ -116,7 +121,7 @@ struct Publisher {
 #[derive(Debug)]
 pub struct KvEventsState {
     pool: PoolRole,
-    router: RouterHandle,
+    index: SharedKvIndex,
     config: KvEventsConfig,
     seqs: SeqTracker,
     publishers: HashMap<Uuid, Publisher>,
@@ -164,9 +169,8 @@ impl KvEventsState {
             }
         }
         self.counters.batches += 1;
-        if self.router.kv_events(body).is_err() {
-            self.counters.router_gone += 1;
-        }
+        let statuses = self.index.apply_all(&body);
+        self.counters.refused += statuses.iter().filter(|s| **s != EventStatus::Ok).count() as u64;
     }
 
     /// Forgets the least recently heard publisher when the table is full.
@@ -235,7 +239,7 @@ impl Actor for KvEventsActor {
         );
         Ok(KvEventsState {
             pool: args.pool,
-            router: args.router,
+            index: args.index,
             config: args.config,
             seqs: SeqTracker::default(),
             publishers: HashMap::new(),

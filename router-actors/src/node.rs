@@ -31,7 +31,7 @@ use crate::wire::Subjects;
 use ractor::{Actor, ActorRef, SpawnErr};
 use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig,
-    SelectionConfig,
+    SelectionConfig, SharedKvIndex,
 };
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -171,6 +171,8 @@ impl Node {
         let (room_out, room_in) = room_channel();
         let mut children = Vec::new();
         let mut routers = Vec::new();
+        // One prefix index per pool: the KvEventsActor writes it, the router reads it.
+        let mut kv_indexes = Vec::new();
         let mut receivers = Vec::new();
         let mut inflight = Vec::new();
         for &pool in config.topology.pools() {
@@ -180,6 +182,7 @@ impl Node {
             // Peer sync says when the starting snapshots are in; the router admits from then.
             let (ready_tx, ready_rx) = watch::channel(false);
             let registry = InflightRegistry::default();
+            let kv_index = SharedKvIndex::default();
             let mut scheduler = SchedulerConfig::new(pool, config.router_id);
             scheduler.reservation_lease = config.reservation_lease;
             scheduler.selection = config.selection;
@@ -208,6 +211,7 @@ impl Node {
                 recheck_every: config.recheck_every,
                 inflight: Some(registry.clone()),
                 admit_when: Some(ready_rx),
+                kv_index: Some(kv_index.clone()),
             };
             children.push(router_child(
                 format!("router-{}", crate::wire::pool_token(pool)),
@@ -215,6 +219,7 @@ impl Node {
                 slot,
             ));
             routers.push((pool, handle));
+            kv_indexes.push((pool, kv_index));
             receivers.push((pool, rx, ready_tx));
             inflight.push((pool, registry));
         }
@@ -255,12 +260,12 @@ impl Node {
             peer_outs.push((pool, out));
         }
         let mut kv_outs = Vec::new();
-        for (pool, router) in &routers {
+        for (pool, kv_index) in &kv_indexes {
             let args = KvEventsArgs {
                 bus: Arc::clone(&bus),
                 subjects: subjects.clone(),
                 pool: *pool,
-                router: router.clone(),
+                index: kv_index.clone(),
                 config: config.kv_events,
             };
             let out: Out<KvEventsHandle> = Arc::new(Mutex::new(None));

@@ -27,7 +27,7 @@ pub use hashing::{LocalBlockHash, SequenceHash};
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
 pub use index::{
     ApproxConfig, ApproxIndex, EventStatus, ExternalHash, IndexStats, KvEvent, KvEventData,
-    KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, StoredBlock,
+    KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, SharedKvIndex, StoredBlock,
 };
 pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
 pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};

@@ -8,8 +8,7 @@ use crate::supervisor::ActorSlot;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
-    DecodeReservation, KvEvent, Outcome, RequestId, RouteError, RouteRequest, RouterId, WorkerId,
-    WorkerSpec,
+    DecodeReservation, Outcome, RequestId, RouteError, RouteRequest, RouterId, WorkerId, WorkerSpec,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,10 +84,6 @@ impl RouterHandle {
 
     pub fn remove_worker(&self, id: WorkerId) -> Result<(), ActorGone> {
         self.cast(RouterMsg::RemoveWorker(id))
-    }
-
-    pub fn kv_events(&self, events: Vec<KvEvent>) -> Result<(), ActorGone> {
-        self.cast(RouterMsg::KvEvents(events))
     }
 
     pub fn reserve(&self, reservation: DecodeReservation) -> Result<(), ActorGone> {

@@ -25,8 +25,8 @@ use crate::wire::BookingDelta;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::ledger::{Booking, Reservation};
 use router_core::{
-    DecodeReservation, KvEvent, Outcome, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
-    RouteError, RouteRequest, RouterId, WorkerId, WorkerSpec,
+    DecodeReservation, Outcome, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId, RouteError,
+    RouteRequest, RouterId, SharedKvIndex, WorkerId, WorkerSpec,
 };
 use state::RouterState;
 use std::time::Duration;
@@ -60,6 +60,10 @@ pub struct RouterArgs {
     /// Hold `route` calls until this says true (a starting node waits for its peers'
     /// bookings before it admits). `None`: admit at once.
     pub admit_when: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Events mode: the pool's prefix index, shared with the node's KvEventsActor (which
+    /// applies the events) and kept across restarts of this actor. `None`: an index of its
+    /// own, fed through [`RouterHandle`]-less `PoolRouter::apply_kv_event` (tests).
+    pub kv_index: Option<SharedKvIndex>,
 }
 
 impl std::fmt::Debug for RouterArgs {
@@ -92,7 +96,6 @@ pub enum RouterMsg {
     Cancel(RequestId),
     UpsertWorker(WorkerSpec),
     RemoveWorker(WorkerId),
-    KvEvents(Vec<KvEvent>),
     /// Decode pool: hold room for a request admitted by the node's prefill pool.
     Reserve(DecodeReservation),
     /// Decode pool: the prefill leg failed or was cancelled; give the room back.
@@ -150,7 +153,10 @@ impl Actor for RouterActor {
         args: RouterArgs,
     ) -> Result<RouterState, ActorProcessingErr> {
         let owner = args.config.scheduler.owner;
-        let router = PoolRouter::new(args.config, args.profile);
+        let router = match args.kv_index {
+            Some(index) => PoolRouter::with_index(args.config, args.profile, index),
+            None => PoolRouter::new(args.config, args.profile),
+        };
         let restore = args
             .inflight
             .as_ref()
@@ -200,7 +206,6 @@ impl Actor for RouterActor {
             RouterMsg::Cancel(id) => state.cancel(id),
             RouterMsg::UpsertWorker(spec) => state.upsert_worker(spec),
             RouterMsg::RemoveWorker(id) => state.remove_worker(id),
-            RouterMsg::KvEvents(events) => state.kv_events(&events),
             RouterMsg::Reserve(res) => state.reserve(res),
             RouterMsg::Unreserve(id) => state.unreserve(id),
             RouterMsg::Peer {

@@ -14,8 +14,8 @@ use router_core::admission::RejectReason;
 use router_core::admission::SchedulerSnapshot;
 use router_core::ledger::{Booking, Reservation};
 use router_core::{
-    DecodeRoomView, KvEvent, Outcome, PoolRole, PoolRouter, RequestId, RouteError, RouteRequest,
-    RouterId, Timestamp, WorkerId, WorkerSpec,
+    DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RouteError, RouteRequest, RouterId,
+    Timestamp, WorkerId, WorkerSpec,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -37,7 +37,6 @@ pub struct RouterCounters {
     pub rolled_back: u64,
     /// Queued requests whose caller went away: removed, never booked.
     pub abandoned: u64,
-    pub kv_events_refused: u64,
     pub worker_errors: u64,
     pub reservations_lost: u64,
     /// Requests refused because the starting node already held `MAX_HELD` of them.
@@ -358,14 +357,6 @@ impl RouterState {
         }
         self.router.remove_worker(id);
         self.drain();
-    }
-
-    pub(super) fn kv_events(&mut self, events: &[KvEvent]) {
-        for event in events {
-            if self.router.apply_kv_event(event) != router_core::EventStatus::Ok {
-                self.counters.kv_events_refused += 1;
-            }
-        }
     }
 
     pub(super) fn snapshot(&self) -> RouterSnapshot {

@@ -39,6 +39,7 @@ fn args(role: PoolRole, clock: Clock) -> RouterArgs {
         recheck_every: Duration::ZERO,
         inflight: None,
         admit_when: None,
+        kv_index: None,
     }
 }
 

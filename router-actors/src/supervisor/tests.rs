@@ -30,6 +30,7 @@ fn router_args(clock: Clock, inflight: InflightRegistry) -> RouterArgs {
         recheck_every: Duration::ZERO,
         inflight: Some(inflight),
         admit_when: None,
+        kv_index: None,
     }
 }
 

@@ -11,6 +11,8 @@
 //!
 //! - [`KvIndexWriter`] / [`KvIndexReader`]: the concurrent index (one writer, lock-free
 //!   readers on any thread).
+//! - [`SharedKvIndex`]: one writer behind a mutex plus a lock-free reader, shared by the
+//!   actor that applies events and the router that looks prefixes up.
 //! - [`ReferenceIndex`]: the single-threaded reference it is property-tested against.
 //! - [`ApproxIndex`]: for engines that publish no events, learns from the router's own
 //!   placements, with a TTL and a per-rank LRU capacity.
@@ -21,6 +23,7 @@ mod events;
 mod ledger;
 mod overlap;
 mod reference;
+mod shared;
 mod stats;
 
 #[cfg(test)]
@@ -31,4 +34,5 @@ pub use concurrent::{KvIndexReader, KvIndexWriter};
 pub use events::{EventKind, EventStatus, ExternalHash, KvEvent, KvEventData, StoredBlock};
 pub use overlap::OverlapScores;
 pub use reference::ReferenceIndex;
+pub use shared::SharedKvIndex;
 pub use stats::{EventIdCounts, EventKindCounts, EventStatusCounts, IndexStats};

@@ -15,7 +15,7 @@ use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, Sch
 use crate::hashing::{SequenceHash, token_sequence_hashes};
 use crate::ids::{RequestId, WorkerId};
 use crate::index::{
-    ApproxConfig, ApproxIndex, EventStatus, KvEvent, KvIndexReader, KvIndexWriter, OverlapScores,
+    ApproxConfig, ApproxIndex, EventStatus, KvEvent, KvIndexReader, OverlapScores, SharedKvIndex,
 };
 use crate::ledger::BookingLedger;
 use crate::policy::PolicyProfile;
@@ -44,7 +44,9 @@ pub struct PoolRouterConfig {
 
 #[derive(Debug)]
 enum Prefix {
-    Events(KvIndexWriter),
+    /// Shared with whoever applies the events; this router only reads it (and registers
+    /// workers in it).
+    Events(SharedKvIndex),
     Approximate {
         index: ApproxIndex,
         queued: FxHashMap<RequestId, Vec<SequenceHash>>,
@@ -72,9 +74,20 @@ pub struct PoolRouter {
 }
 
 impl PoolRouter {
+    /// A router with an index of its own (events reach it through [`Self::apply_kv_event`]).
     pub fn new(config: PoolRouterConfig, profile: PolicyProfile) -> Self {
+        Self::with_index(config, profile, SharedKvIndex::default())
+    }
+
+    /// A router reading `index` in events mode (ignored in approximate mode): events applied
+    /// to `index` elsewhere are seen by this router's lookups, which never wait for them.
+    pub fn with_index(
+        config: PoolRouterConfig,
+        profile: PolicyProfile,
+        index: SharedKvIndex,
+    ) -> Self {
         let prefix = match config.prefix {
-            PrefixMode::Events => Prefix::Events(KvIndexWriter::new()),
+            PrefixMode::Events => Prefix::Events(index),
             PrefixMode::Approximate(cfg) => Prefix::Approximate {
                 index: ApproxIndex::new(cfg),
                 queued: FxHashMap::default(),
@@ -106,7 +119,15 @@ impl PoolRouter {
     /// A lock-free read handle on the event-fed index (none in approximate mode).
     pub fn index_reader(&self) -> Option<KvIndexReader> {
         match &self.prefix {
-            Prefix::Events(w) => Some(w.reader()),
+            Prefix::Events(index) => Some(index.reader()),
+            Prefix::Approximate { .. } => None,
+        }
+    }
+
+    /// The event-fed index this router reads (none in approximate mode).
+    pub fn kv_index(&self) -> Option<&SharedKvIndex> {
+        match &self.prefix {
+            Prefix::Events(index) => Some(index),
             Prefix::Approximate { .. } => None,
         }
     }
@@ -204,8 +225,8 @@ impl PoolRouter {
                 pool: self.block_size,
             });
         }
-        if let Prefix::Events(writer) = &mut self.prefix {
-            writer.add_worker(&spec)?;
+        if let Prefix::Events(index) = &self.prefix {
+            index.add_worker(&spec)?;
         }
         self.scheduler.ledger_mut().upsert_worker(spec)?;
         Ok(())
@@ -214,8 +235,8 @@ impl PoolRouter {
     /// Removes a worker: its index entries and what was booked on it go.
     pub fn remove_worker(&mut self, worker: WorkerId) {
         match &mut self.prefix {
-            Prefix::Events(writer) => {
-                writer.remove_worker(worker);
+            Prefix::Events(index) => {
+                index.remove_worker(worker);
             }
             Prefix::Approximate { index, .. } => {
                 if let Some(spec) = self.scheduler.ledger().worker(worker) {
@@ -231,14 +252,14 @@ impl PoolRouter {
     /// Applies a worker's KV event (ignored, and counted as such, in approximate mode).
     pub fn apply_kv_event(&mut self, event: &KvEvent) -> EventStatus {
         match &mut self.prefix {
-            Prefix::Events(writer) => writer.apply(event),
+            Prefix::Events(index) => index.write().apply(event),
             Prefix::Approximate { .. } => EventStatus::UnknownWorker,
         }
     }
 
     fn overlap(&self, hashes: &[SequenceHash], now: Timestamp) -> OverlapScores {
         match &self.prefix {
-            Prefix::Events(writer) => writer.find_matches(hashes),
+            Prefix::Events(index) => index.find_matches(hashes),
             Prefix::Approximate { index, .. } => index.find_matches(hashes, now),
         }
     }

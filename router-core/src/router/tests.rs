@@ -149,3 +149,42 @@ fn removing_a_worker_drops_its_prefix_and_bookings() {
     assert!(out.admitted().is_some_and(|a| a.rank != RankId::new(3, 0)));
     assert!(!matches!(out.rejection(), Some(RejectReason::NoWorkers)));
 }
+
+#[test]
+fn events_applied_through_the_shared_index_reach_lookups_that_never_take_its_lock() {
+    let mut r = router(PrefixMode::Events);
+    let index = r.kv_index().expect("events mode").clone();
+    let prompt = tokens(2, 256);
+    assert_eq!(
+        index.apply_all(&[stored(2, &prompt, None)]),
+        vec![EventStatus::Ok]
+    );
+    // Another owner holds the writer (a burst of events being applied) while this router
+    // routes: the lookup reads the lock-free side and finishes. (Were it to take the lock,
+    // the routing thread would block and the answer would not come back.)
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let index = index.clone();
+        std::thread::spawn(move || {
+            let _writer = index.write();
+            held_tx.send(()).expect("test alive");
+            let _ = release_rx.recv();
+        })
+    };
+    held_rx.recv().expect("the holder took the lock");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let routing = std::thread::spawn(move || {
+        let out = route(&mut r, 1, prompt, None);
+        let _ = done_tx.send(out.admitted().map(|a| a.rank));
+    });
+    let routed = done_rx.recv_timeout(Duration::from_secs(30));
+    release_tx.send(()).expect("holder alive");
+    holder.join().expect("holder");
+    assert_eq!(
+        routed,
+        Ok(Some(RankId::new(2, 0))),
+        "routed to the prefix while the writer was held"
+    );
+    routing.join().expect("routing");
+}

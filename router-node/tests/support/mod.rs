@@ -206,6 +206,7 @@ pub async fn spawn_node_with(workers: &[&str], limits: Limits, prompter: Prompte
         recheck_every: Duration::from_millis(50),
         inflight: None,
         admit_when: None,
+        kv_index: None,
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args).await.unwrap();
     let router = RouterHandle::new(actor, clock);

@@ -100,6 +100,7 @@ pub(super) async fn start_node_with(
         recheck_every: Duration::ZERO,
         inflight: None,
         admit_when: None,
+        kv_index: None,
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args)
         .await
