@@ -119,6 +119,13 @@ fn usage_and_trace_errors_exit_2_with_a_message() {
         "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{oops\n",
     );
     let bad = bad.to_str().unwrap();
+    // Fine at any sane speedup; its second arrival overflows at an absurd one.
+    let late = temp_file(
+        "late.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n\
+         {\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+    );
+    let late = late.to_str().unwrap();
     let url = "http://127.0.0.1:1";
     for (args, needle) in [
         (vec!["bench", "--url", url], "--trace"),
@@ -138,6 +145,18 @@ fn usage_and_trace_errors_exit_2_with_a_message() {
         (
             vec!["bench", "--trace", bad, "--url", url, "--classes", "a=1,b"],
             "name=weight",
+        ),
+        (
+            vec![
+                "bench",
+                "--trace",
+                late,
+                "--url",
+                url,
+                "--speedup",
+                "1e-300",
+            ],
+            "trace line 2: timestamp 10 ms at --speedup 1e-300 is out of range",
         ),
         (
             vec![

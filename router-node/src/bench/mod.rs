@@ -212,6 +212,25 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let total = trace.records.len() as u64;
     let sent = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
+    // Every arrival is checked before the first request goes out (an error must not leave
+    // earlier requests running).
+    let start = Instant::now();
+    let arrivals = trace
+        .records
+        .iter()
+        .map(|(line, record)| {
+            Duration::try_from_secs_f64(record.timestamp as f64 / 1e3 / opts.speedup)
+                .ok()
+                .and_then(|offset| start.checked_add(offset))
+                .ok_or_else(|| BenchError::Trace {
+                    line: *line,
+                    message: format!(
+                        "timestamp {} ms at --speedup {:?} is out of range",
+                        record.timestamp, opts.speedup
+                    ),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let progress = opts.progress.then(|| {
         let (sent, done) = (sent.clone(), done.clone());
         tokio::spawn(async move {
@@ -224,10 +243,8 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
             }
         })
     });
-    let start = Instant::now();
     let mut tasks = Vec::with_capacity(trace.records.len());
-    for ((line, record), class) in trace.records.into_iter().zip(classes) {
-        let at = start + Duration::from_secs_f64(record.timestamp as f64 / 1e3 / opts.speedup);
+    for (((line, record), class), at) in trace.records.into_iter().zip(classes).zip(arrivals) {
         let (client, url, sent, done) = (client.clone(), url.clone(), sent.clone(), done.clone());
         let (model, block_tokens) = (opts.model.clone(), opts.block_tokens);
         let max_tokens = record.output_length.min(opts.max_output_tokens).max(1);
