@@ -7,10 +7,9 @@
 
 mod support;
 
-use futures::StreamExt;
 use router_core::PoolRole;
 use router_node::engine::Role;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::Duration;
 use support::{Fault, error_of, spawn_faulty_worker};
 
@@ -24,56 +23,7 @@ const CONVENTION: router_node::frontend::DisaggConvention =
 
 #[tokio::test]
 async fn completions_run_a_prefill_and_a_decode_leg_streaming_or_not() {
-    let fe = sim_fleet(16_384, 20.0, 20.0).await;
-
-    let body: Value = fe
-        .post("/v1/completions")
-        .json(&json!({"model": "sim", "prompt": prompt(1, 4), "max_tokens": 5}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
-    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
-    assert_eq!(body["usage"]["prompt_tokens"], 64, "{body}");
-
-    let response = fe
-        .post("/v1/chat/completions")
-        .json(
-            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi there"}],
-                      "max_tokens": 3, "stream": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/event-stream",
-        "streamed"
-    );
-    let text = response.text().await.unwrap();
-    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
-    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
-    fe.assert_idle().await;
-
-    // The prefill worker computed both prompts and handed both KVs over; the decode worker
-    // pulled them and computed no prompt token itself.
-    let prefill = fe.load(PREFILL_ID).await;
-    assert_eq!(prefill["pulled"], 2, "{prefill}");
-    assert_eq!(prefill["staged"], 0, "{prefill}");
-    assert!(
-        prefill["prefill_tokens"].as_u64().unwrap() >= 64,
-        "{prefill}"
-    );
-    let decode = fe.load(DECODE_ID).await;
-    assert_eq!(decode["prefill_tokens"], 0, "{decode}");
-    assert_eq!(decode["pull_failures"], 0, "{decode}");
-    assert_eq!(decode["output_tokens"], 8, "{decode}");
-    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
-    assert_eq!(stats.admitted_upstream, 2, "{stats:?}");
+    both_legs_serve_a_completion_and_a_streamed_chat().await;
 }
 
 #[tokio::test]
@@ -263,26 +213,7 @@ async fn an_unreachable_decode_worker_is_an_error_and_releases_both_pools() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_releases_both_pools() {
-    // A slow decode: 200 tokens take seconds.
-    let fe = sim_fleet(16_384, 20.0, 0.2).await;
-    let response = fe
-        .post("/v1/completions")
-        .json(
-            &json!({"model": "sim", "prompt": prompt(8, 4), "max_tokens": 200,
-                      "stream": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let first = body.next().await.unwrap().unwrap();
-    assert!(!first.is_empty());
-    let d = ledger(&fe.decode).await;
-    assert_eq!((d.bookings, d.reservations), (1, 0), "{d:?}");
-    assert_eq!(ledger(&fe.prefill).await.bookings, 0);
-    drop(body);
-    fe.assert_idle().await;
+    a_client_leaving_mid_stream_releases_both_pools().await;
 }
 
 #[tokio::test]

@@ -27,57 +27,7 @@ const CONVENTION: DisaggConvention = DisaggConvention::Sglang;
 
 #[tokio::test]
 async fn completions_run_both_legs_at_once_streaming_or_not() {
-    let fe = sim_fleet(16_384, 20.0, 20.0).await;
-
-    let body: Value = fe
-        .post("/v1/completions")
-        .json(&json!({"model": "sim", "prompt": prompt(1, 4), "max_tokens": 5}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
-    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
-    assert_eq!(body["usage"]["prompt_tokens"], 64, "{body}");
-
-    let response = fe
-        .post("/v1/chat/completions")
-        .json(
-            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi there"}],
-                      "max_tokens": 3, "stream": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/event-stream",
-        "streamed"
-    );
-    let text = response.text().await.unwrap();
-    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
-    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
-    fe.assert_idle().await;
-
-    // The prefill worker staged both prompts' KV in their rooms and the decode worker pulled
-    // them, computing no prompt token itself.
-    let prefill = fe.load(PREFILL_ID).await;
-    assert_eq!(prefill["pulled"], 2, "{prefill}");
-    assert_eq!(prefill["staged"], 0, "{prefill}");
-    assert_eq!(prefill["stranded"], 0, "{prefill}");
-    assert!(
-        prefill["prefill_tokens"].as_u64().unwrap() >= 64,
-        "{prefill}"
-    );
-    let decode = fe.load(DECODE_ID).await;
-    assert_eq!(decode["prefill_tokens"], 0, "{decode}");
-    assert_eq!(decode["pull_failures"], 0, "{decode}");
-    assert_eq!(decode["output_tokens"], 8, "{decode}");
-    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
-    assert_eq!(stats.admitted_upstream, 2, "{stats:?}");
+    both_legs_serve_a_completion_and_a_streamed_chat().await;
 }
 
 #[tokio::test]
@@ -152,31 +102,7 @@ async fn a_failing_prefill_worker_is_an_error_cancels_the_decode_leg_and_release
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_releases_both_pools() {
-    // A slow decode: 200 tokens take seconds.
-    let fe = sim_fleet(16_384, 20.0, 0.2).await;
-    let response = fe
-        .post("/v1/completions")
-        .json(
-            &json!({"model": "sim", "prompt": prompt(8, 4), "max_tokens": 200,
-                      "stream": true}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let first = body.next().await.unwrap().unwrap();
-    assert!(!first.is_empty());
-    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
-    eventually("the prefill answer ended the prefill booking", || async {
-        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
-        p.bookings == 0 && (d.bookings, d.reservations) == (1, 0)
-    })
-    .await;
-    drop(body);
-    fe.assert_idle().await;
-    let load = fe.load(PREFILL_ID).await;
-    assert_eq!(load["pulled"], 1, "{load}");
+    a_client_leaving_mid_stream_releases_both_pools().await;
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! `LocalBus`, simulated or stand-in workers, and the frontend over both pools, using the
 //! including test file's `CONVENTION`.
 
+use futures::StreamExt as _;
 use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_actors::wire::{Subjects, WorkerAnnounce};
@@ -12,7 +13,7 @@ use router_core::{PolicyProfile, PoolRole, RouterId, WorkerId, WorkerSpec};
 use router_node::engine::Role;
 use router_node::frontend::{AppState, Limits, StaticDirectory, serve};
 use router_node::worker::{SimConfig, SimWorker};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -269,4 +270,89 @@ pub(crate) async fn sim_fleet(
         .sim(DECODE_ID, Role::Decode, decode_kv, decode_speedup)
         .await;
     fleet.frontend().await
+}
+
+/// Both conventions: a completion and a streamed chat each run a prefill and a decode leg;
+/// the prefill worker computes the prompts and hands both KVs over, the decode worker pulls
+/// them and computes no prompt token itself.
+pub(crate) async fn both_legs_serve_a_completion_and_a_streamed_chat() {
+    let fe = sim_fleet(16_384, 20.0, 20.0).await;
+
+    let body: Value = fe
+        .post("/v1/completions")
+        .json(&json!({"model": "sim", "prompt": prompt(1, 4), "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["text"], "tok tok tok tok tok ", "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 5, "{body}");
+    assert_eq!(body["usage"]["prompt_tokens"], 64, "{body}");
+
+    let response = fe
+        .post("/v1/chat/completions")
+        .json(
+            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi there"}],
+                      "max_tokens": 3, "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "streamed"
+    );
+    let text = response.text().await.unwrap();
+    assert_eq!(text.matches(r#""content":"tok ""#).count(), 3, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    fe.assert_idle().await;
+
+    let prefill = fe.load(PREFILL_ID).await;
+    assert_eq!(prefill["pulled"], 2, "{prefill}");
+    assert_eq!(prefill["staged"], 0, "{prefill}");
+    assert_eq!(prefill["stranded"], 0, "{prefill}");
+    assert!(
+        prefill["prefill_tokens"].as_u64().unwrap() >= 64,
+        "{prefill}"
+    );
+    let decode = fe.load(DECODE_ID).await;
+    assert_eq!(decode["prefill_tokens"], 0, "{decode}");
+    assert_eq!(decode["pull_failures"], 0, "{decode}");
+    assert_eq!(decode["output_tokens"], 8, "{decode}");
+    let stats = fe.decode.observe().await.unwrap().scheduler.stats;
+    assert_eq!(stats.admitted_upstream, 2, "{stats:?}");
+}
+
+/// Both conventions: a client that leaves once the decode stream has begun (the prefill
+/// booking already ended, the decode booking live) leaves both pools idle.
+pub(crate) async fn a_client_leaving_mid_stream_releases_both_pools() {
+    // A slow decode: 200 tokens take seconds.
+    let fe = sim_fleet(16_384, 20.0, 0.2).await;
+    let response = fe
+        .post("/v1/completions")
+        .json(
+            &json!({"model": "sim", "prompt": prompt(8, 4), "max_tokens": 200,
+                      "stream": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    let (prefill, decode) = (fe.prefill.clone(), fe.decode.clone());
+    eventually("the prefill answer ended the prefill booking", || async {
+        let (p, d) = (ledger(&prefill).await, ledger(&decode).await);
+        p.bookings == 0 && (d.bookings, d.reservations) == (1, 0)
+    })
+    .await;
+    drop(body);
+    fe.assert_idle().await;
+    let load = fe.load(PREFILL_ID).await;
+    assert_eq!(load["pulled"], 1, "{load}");
 }
