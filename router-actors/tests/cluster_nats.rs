@@ -108,6 +108,22 @@ async fn node(id: u128, topology: Topology, profile: PolicyProfile, bus: Arc<dyn
         .unwrap_or_else(|e| panic!("node {id} starts: {e}"))
 }
 
+/// An aggregated-pool node with the fallback profile (one class, never queues).
+async fn agg_node(id: u128, bus: &Arc<dyn Bus>) -> Node {
+    node(
+        id,
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
+        Arc::clone(bus),
+    )
+    .await
+}
+
+/// The aggregated pool's router of `node`.
+fn agg_router(node: &Node) -> RouterHandle {
+    node.router(PoolRole::Aggregated).expect("pool").clone()
+}
+
 async fn ready(node: &Node) {
     let mut rx = node.ready();
     tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r))
@@ -158,27 +174,12 @@ async fn two_routers_converge_under_bookings_and_releases_and_end_idle() {
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = node(
-        1,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_a),
-    )
-    .await;
-    let b = node(
-        2,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_b),
-    )
-    .await;
+    let a = agg_node(1, &bus_a).await;
+    let b = agg_node(2, &bus_b).await;
     let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3, 4], 100_000).await;
     ready(&a).await;
     ready(&b).await;
-    let (ra, rb) = (
-        a.router(PoolRole::Aggregated).expect("pool").clone(),
-        b.router(PoolRole::Aggregated).expect("pool").clone(),
-    );
+    let (ra, rb) = (agg_router(&a), agg_router(&b));
     for id in 1..=60u128 {
         let router = if id % 2 == 0 { &ra } else { &rb };
         admit(router, request(id, 4 + (id % 7) as u32)).await;
@@ -218,25 +219,13 @@ async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = node(
-        1,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_a),
-    )
-    .await;
-    let b = node(
-        2,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_b),
-    )
-    .await;
+    let a = agg_node(1, &bus_a).await;
+    let b = agg_node(2, &bus_b).await;
     let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
     ready(&a).await;
     ready(&b).await;
-    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
-    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    let ra = agg_router(&a);
+    let rb = agg_router(&b);
     for id in 1..=10u128 {
         admit(&ra, request(id, 4)).await;
     }
@@ -278,25 +267,14 @@ async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
         Fault::Drop,
     ));
     let bus_b = bus(&server).await;
-    let a = node(
-        1,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        lossy.clone(),
-    )
-    .await;
-    let b = node(
-        2,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_b),
-    )
-    .await;
+    let lossy_bus: Arc<dyn Bus> = lossy.clone();
+    let a = agg_node(1, &lossy_bus).await;
+    let b = agg_node(2, &bus_b).await;
     let _links = workers(&bus_b, PoolRole::Aggregated, &[1, 2], 100_000).await;
     ready(&a).await;
     ready(&b).await;
-    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
-    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    let ra = agg_router(&a);
+    let rb = agg_router(&b);
     for id in 1..=20u128 {
         admit(&ra, request(id, 3)).await;
     }
@@ -394,25 +372,13 @@ async fn a_router_that_fails_mid_load_is_restarted_and_every_ledger_ends_at_zero
         .await
         .expect("nats-server (run scripts/install-nats.sh)");
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
-    let a = node(
-        1,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_a),
-    )
-    .await;
-    let b = node(
-        2,
-        Topology::Aggregated,
-        PolicyProfile::fallback(),
-        Arc::clone(&bus_b),
-    )
-    .await;
+    let a = agg_node(1, &bus_a).await;
+    let b = agg_node(2, &bus_b).await;
     let _links = workers(&bus_a, PoolRole::Aggregated, &[1, 2, 3], 100_000).await;
     ready(&a).await;
     ready(&b).await;
-    let ra = a.router(PoolRole::Aggregated).expect("pool").clone();
-    let rb = b.router(PoolRole::Aggregated).expect("pool").clone();
+    let ra = agg_router(&a);
+    let rb = agg_router(&b);
     for id in 1..=30u128 {
         admit(if id % 2 == 0 { &ra } else { &rb }, request(id, 5)).await;
         if id == 15 {
