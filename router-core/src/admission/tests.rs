@@ -74,6 +74,15 @@ fn request(
     r
 }
 
+/// An aggregated request of one block and `tokens` prompt tokens, arriving at `at_ms`.
+fn arrive(s: &mut Scheduler, id: u128, class: ClassId, tokens: u64, at_ms: u64) -> Outcome {
+    s.arrive(
+        request(id, class, Phase::Aggregated, 1, tokens, ms(at_ms)),
+        ms(at_ms),
+        None,
+    )
+}
+
 fn admitted(outcome: &Outcome) -> &Admission {
     match outcome {
         Outcome::Admitted(a) => a,
@@ -123,22 +132,10 @@ fn an_open_gate_admits_at_once_and_books_the_request() {
 #[test]
 fn a_new_arrival_never_overtakes_its_class_backlog_even_with_an_idle_rank() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
-    assert_queued(&s.arrive(
-        request(2, INTERACTIVE, Phase::Aggregated, 1, 10, ms(1)),
-        ms(1),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
+    assert_queued(&arrive(&mut s, 2, INTERACTIVE, 10, 1));
     s.prefill_done(RequestId::from_u128(1)); // the rank is idle now, but nobody drained
-    assert_queued(&s.arrive(
-        request(3, INTERACTIVE, Phase::Aggregated, 1, 10, ms(2)),
-        ms(2),
-        None,
-    ));
+    assert_queued(&arrive(&mut s, 3, INTERACTIVE, 10, 2));
     let drained = s.drain(ms(3), None);
     let order: Vec<u128> = drained.iter().map(|o| o.request().0.as_u128()).collect();
     assert_eq!(order, vec![2, 3], "backlog first, in arrival order");
@@ -149,11 +146,7 @@ fn a_new_arrival_never_overtakes_its_class_backlog_even_with_an_idle_rank() {
 fn one_rank_must_satisfy_both_fractions_in_an_aggregated_pool() {
     let mut s = scheduler(PoolRole::Aggregated, &[1, 2]);
     // Rank 1: prefill-busy with decode room. Rank 2: not busy, decode full for the class.
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
     let mut big = request(2, INTERACTIVE, Phase::Aggregated, 45, 10, ms(0));
     big.eligibility = Eligibility::pinned(RankId::new(2, 0));
     admitted(&s.arrive(big, ms(0), None));
@@ -197,16 +190,8 @@ fn placement_never_books_past_the_class_decode_line() {
 #[test]
 fn never_queue_classes_and_do_not_queue_requests_are_rejected_instead_of_stored() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, BATCH, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
-    let out = s.arrive(
-        request(2, NOW_ONLY, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    );
+    admitted(&arrive(&mut s, 1, BATCH, 1001, 0));
+    let out = arrive(&mut s, 2, NOW_ONLY, 10, 0);
     assert_eq!(
         out.rejection(),
         Some(&RejectReason::WouldQueue {
@@ -228,16 +213,8 @@ fn never_queue_classes_and_do_not_queue_requests_are_rejected_instead_of_stored(
 #[test]
 fn a_queued_request_is_rejected_at_its_deadline_never_dispatched_late() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
-    assert_queued(&s.arrive(
-        request(2, INTERACTIVE, Phase::Aggregated, 1, 10, ms(100)),
-        ms(100),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
+    assert_queued(&arrive(&mut s, 2, INTERACTIVE, 10, 100));
     assert_eq!(s.next_deadline(), Some(ms(1100)));
     assert!(s.expire(ms(1099)).is_empty());
     let shed = s.expire(ms(1100));
@@ -257,11 +234,7 @@ fn a_queued_request_is_rejected_at_its_deadline_never_dispatched_late() {
 #[test]
 fn a_request_already_late_when_it_would_be_stored_is_rejected_at_admission() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
     // Received at 0 but handled at 1500 (a long mailbox): its 1000 ms are gone.
     let out = s.arrive(
         request(2, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
@@ -280,23 +253,11 @@ fn a_request_already_late_when_it_would_be_stored_is_rejected_at_admission() {
 #[test]
 fn class_queue_limits_scale_with_the_worker_count() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
     for id in 2..=4 {
-        assert_queued(&s.arrive(
-            request(id, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-            ms(0),
-            None,
-        ));
+        assert_queued(&arrive(&mut s, id, INTERACTIVE, 10, 0));
     }
-    let out = s.arrive(
-        request(5, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    );
+    let out = arrive(&mut s, 5, INTERACTIVE, 10, 0);
     assert_eq!(
         out.rejection(),
         Some(&RejectReason::QueueFull {
@@ -310,16 +271,8 @@ fn class_queue_limits_scale_with_the_worker_count() {
 #[test]
 fn a_caller_that_goes_away_while_queued_is_never_booked() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
-    assert_queued(&s.arrive(
-        request(2, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
+    assert_queued(&arrive(&mut s, 2, INTERACTIVE, 10, 0));
     assert!(s.cancel(RequestId::from_u128(2), ms(5)));
     s.release(RequestId::from_u128(1));
     assert!(s.drain(ms(6), None).is_empty());
@@ -351,11 +304,7 @@ fn a_peer_first_token_drains_the_queue_but_a_peer_booking_admits_nothing() {
         extra_blocks: 0,
     };
     s.ledger_mut().book(peer, prompt(5000));
-    assert_queued(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    ));
+    assert_queued(&arrive(&mut s, 1, INTERACTIVE, 10, 0));
     let other = BookingKey::new(RouterId(Uuid::from_u128(98)), RequestId::from_u128(51));
     s.ledger_mut().book(other, prompt(10));
     assert!(s.drain(ms(1), None).is_empty());
@@ -366,16 +315,8 @@ fn a_peer_first_token_drains_the_queue_but_a_peer_booking_admits_nothing() {
 #[test]
 fn a_duplicate_request_id_is_refused() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, BATCH, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    ));
-    let out = s.arrive(
-        request(1, BATCH, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    );
+    admitted(&arrive(&mut s, 1, BATCH, 10, 0));
+    let out = arrive(&mut s, 1, BATCH, 10, 0);
     assert_eq!(out.rejection(), Some(&RejectReason::Duplicate));
 }
 
@@ -391,11 +332,7 @@ fn a_peer_release_lets_the_queue_drain() {
     };
     s.ledger_mut()
         .book(BookingKey::new(peer, RequestId::from_u128(50)), busy);
-    assert_queued(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    ));
+    assert_queued(&arrive(&mut s, 1, INTERACTIVE, 10, 0));
     assert!(s.drain(ms(1), None).is_empty());
     s.ledger_mut().release_owner(peer);
     assert_eq!(s.drain(ms(2), None).len(), 1);
@@ -596,16 +533,8 @@ fn one_decode_room_answer_per_class_per_pass_and_lora_requests_are_checked_alone
 #[test]
 fn a_request_that_may_not_queue_is_rejected_behind_its_class_backlog() {
     let mut s = scheduler(PoolRole::Aggregated, &[1]);
-    admitted(&s.arrive(
-        request(1, INTERACTIVE, Phase::Aggregated, 1, 1001, ms(0)),
-        ms(0),
-        None,
-    ));
-    assert_queued(&s.arrive(
-        request(2, INTERACTIVE, Phase::Aggregated, 1, 10, ms(0)),
-        ms(0),
-        None,
-    ));
+    admitted(&arrive(&mut s, 1, INTERACTIVE, 1001, 0));
+    assert_queued(&arrive(&mut s, 2, INTERACTIVE, 10, 0));
     s.prefill_done(RequestId::from_u128(1));
     let mut hasty = request(3, INTERACTIVE, Phase::Aggregated, 1, 10, ms(1));
     hasty.do_not_queue = true;
