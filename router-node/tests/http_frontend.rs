@@ -52,11 +52,11 @@ async fn non_streaming_completion_is_assembled_from_the_chunks() {
     let worker = spawn_worker(4, MS).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1, 2, 3, 4]}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/completions",
+            json!({"model": "m", "prompt": [1, 2, 3, 4]}),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["object"], "text_completion");
@@ -77,22 +77,22 @@ async fn chat_completions_stream_and_assemble() {
     let messages =
         json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]);
     let full = node
-        .post("/v1/chat/completions")
-        .json(&json!({"model": "m", "messages": messages}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": messages}),
+        )
+        .await;
     assert_eq!(full.status(), 200);
     let body: Value = full.json().await.unwrap();
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["content"], "toktok");
     assert_eq!(body["choices"][0]["message"]["role"], "assistant");
     let streamed = node
-        .post("/v1/chat/completions")
-        .json(&json!({"model": "m", "messages": messages, "stream": true}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": messages, "stream": true}),
+        )
+        .await;
     assert_eq!(streamed.status(), 200);
     let text = streamed.text().await.unwrap();
     assert_eq!(text.matches(r#""content":"tok""#).count(), 2, "{text}");
@@ -219,11 +219,8 @@ async fn an_oversized_body_is_a_413() {
     let node = spawn_node(&[], limits).await;
     let prompt = "y".repeat(64 * 1024);
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": prompt}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": prompt}))
+        .await;
     assert_eq!(response.status(), 413);
     assert_eq!(error_of(response).await["reason"], "body_too_large");
     node.assert_idle().await;
@@ -233,11 +230,8 @@ async fn an_oversized_body_is_a_413() {
 async fn no_workers_is_a_503() {
     let node = spawn_node(&[], Limits::default()).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": "x"}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": "x"}))
+        .await;
     assert_eq!(response.status(), 503);
     let err = error_of(response).await;
     assert_eq!(err["reason"], "no_workers");

@@ -45,11 +45,11 @@ async fn a_client_that_disconnects_mid_stream_releases_the_booking() {
     let worker = spawn_worker(200, 20 * MS).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": "a long answer", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/completions",
+            json!({"model": "m", "prompt": "a long answer", "stream": true}),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     let mut body = response.bytes_stream();
     let first = body.next().await.unwrap().unwrap();
@@ -66,11 +66,8 @@ async fn a_failing_worker_is_a_502_and_its_booking_is_released() {
     let worker = spawn_faulty_worker(3, MS, Fault::Status(500)).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1, 2]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1, 2]}))
+        .await;
     assert_eq!(response.status(), 502);
     let err = error_of(response).await;
     assert_eq!(err["reason"], "upstream_status");
@@ -86,11 +83,11 @@ async fn a_worker_client_error_keeps_its_status() {
     let worker = spawn_faulty_worker(3, MS, Fault::Status(422)).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
     let response = node
-        .post("/v1/chat/completions")
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
     assert_eq!(response.status(), 422);
     assert_eq!(error_of(response).await["type"], "invalid_request_error");
     node.assert_idle().await;
@@ -105,11 +102,8 @@ async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking()
     };
     let node = spawn_node(&[&closed], Limits::default()).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
+        .await;
     assert_eq!(response.status(), 502);
     assert_eq!(error_of(response).await["reason"], "upstream_connect");
     node.assert_idle().await;
@@ -119,11 +113,8 @@ async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking()
         .upsert_worker(router_core::WorkerSpec::new(9, 1, 1000, 2000))
         .unwrap();
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
+        .await;
     assert_eq!(response.status(), 503);
     assert_eq!(error_of(response).await["reason"], "no_endpoint");
     node.assert_idle().await;
@@ -134,21 +125,18 @@ async fn a_worker_that_breaks_mid_stream_ends_the_stream_with_an_error_event() {
     let worker = spawn_faulty_worker(5, MS, Fault::BreakAfter(2)).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
     let streamed = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1], "stream": true}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/completions",
+            json!({"model": "m", "prompt": [1], "stream": true}),
+        )
+        .await;
     assert_eq!(streamed.status(), 200);
     let text = streamed.text().await.unwrap();
     assert_eq!(text.matches(r#""text":"tok""#).count(), 2, "{text}");
     assert!(text.contains(r#""reason":"upstream_stream""#), "{text}");
     let full = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
+        .await;
     assert_eq!(full.status(), 502);
     assert_eq!(error_of(full).await["reason"], "upstream_stream");
     node.assert_idle().await;
@@ -194,22 +182,16 @@ async fn requests_beyond_the_concurrency_limit_are_a_429() {
     let node = spawn_node(&[&worker.url], limits).await;
     let first = occupy(&node).await;
     let response = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
+        .await;
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()["retry-after"], "1");
     assert_eq!(error_of(response).await["reason"], "frontend_saturated");
     assert_eq!(first.await.unwrap(), 200);
     node.assert_idle().await;
     let again = node
-        .post("/v1/completions")
-        .json(&json!({"model": "m", "prompt": [1]}))
-        .send()
-        .await
-        .unwrap();
+        .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
+        .await;
     assert_eq!(again.status(), 200, "the permit came back");
     node.assert_idle().await;
 }

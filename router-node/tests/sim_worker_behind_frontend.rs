@@ -22,11 +22,11 @@ async fn the_frontend_relays_a_simulated_worker() {
     let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
 
     let body: Value = node
-        .post("/v1/completions")
-        .json(&json!({"model": "sim", "prompt": "hello world", "max_tokens": 5}))
-        .send()
+        .call(
+            "/v1/completions",
+            json!({"model": "sim", "prompt": "hello world", "max_tokens": 5}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();

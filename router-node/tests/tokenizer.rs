@@ -184,11 +184,11 @@ async fn the_frontend_books_the_templated_prompt_and_a_render_error_is_a_400_nam
     assert_eq!(seen[0].body["messages"], chat());
 
     let response = node
-        .post("/v1/chat/completions")
-        .json(&json!({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
+        .call(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}),
+        )
+        .await;
     assert_eq!(response.status().as_u16(), 400);
     let error = error_of(response).await;
     let message = error["message"].as_str().unwrap_or_default();

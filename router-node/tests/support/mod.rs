@@ -246,6 +246,11 @@ pub async fn spawn_node_with(workers: &[&str], limits: Limits, prompter: Prompte
 }
 
 impl Node {
+    /// POSTs `body` as JSON to `path` and returns the response (no extra headers).
+    pub async fn call(&self, path: &str, body: Value) -> reqwest::Response {
+        self.post(path).json(&body).send().await.unwrap()
+    }
+
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.http.post(format!("{}{}", self.url, path))
     }
