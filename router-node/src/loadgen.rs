@@ -250,6 +250,11 @@ impl Latency {
 }
 
 /// Whole microseconds, saturating.
+/// A table cell: one decimal, or `-` when there is no value (no sample).
+pub fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+}
+
 pub fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

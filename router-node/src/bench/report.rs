@@ -241,7 +241,7 @@ impl BenchReport {
             "out tok/s",
             "hit %"
         );
-        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let ms = crate::loadgen::cell;
         for c in self.classes.iter().chain(std::iter::once(&self.overall)) {
             let _ = writeln!(
                 s,
@@ -260,8 +260,7 @@ impl BenchReport {
                 ms(c.e2e_ms.p99),
                 c.request_rate,
                 c.output_tokens_per_s,
-                c.prefix_hit_pct
-                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")),
+                crate::loadgen::cell(c.prefix_hit_pct),
             );
         }
         let _ = writeln!(

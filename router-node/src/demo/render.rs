@@ -47,7 +47,7 @@ impl Report {
             "ttft p50",
             "ttft p99"
         );
-        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let ms = router_node::loadgen::cell;
         for c in &self.classes {
             let _ = writeln!(
                 s,

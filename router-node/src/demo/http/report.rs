@@ -247,7 +247,7 @@ impl HttpReport {
             "e2e p50",
             "e2e p99"
         );
-        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let ms = router_node::loadgen::cell;
         for c in &self.classes {
             let _ = writeln!(
                 s,
