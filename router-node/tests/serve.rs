@@ -147,16 +147,23 @@ async fn health_ready_metrics_and_a_request_through_the_registry() {
     node.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_drains_an_in_flight_stream() {
-    let config = test_config(5_000);
+/// A node (drain timeout `drain_ms`) streaming from a stand-in worker that sends `chunks`
+/// chunks 100 ms apart, its first chunk already read; the worker and its link stay alive.
+async fn mid_stream(
+    drain_ms: u64,
+    chunks: usize,
+) -> (
+    Served,
+    reqwest::Response,
+    support::StandInWorker,
+    WorkerLink,
+) {
+    let config = test_config(drain_ms);
     let cluster = config.node.cluster.clone();
     let node = start(config).await;
-    // Five chunks, 100 ms apart: the stream is still going when the shutdown comes.
-    let worker = support::spawn_worker(5, Duration::from_millis(100)).await;
-    let _link = node.announce(&cluster, &worker.url).await;
+    let worker = support::spawn_worker(chunks, Duration::from_millis(100)).await;
+    let link = node.announce(&cluster, &worker.url).await;
     node.wait_ready(200).await;
-
     let mut response = node
         .http
         .post(format!("{}/v1/completions", node.url))
@@ -167,6 +174,13 @@ async fn shutdown_drains_an_in_flight_stream() {
     assert_eq!(response.status(), 200);
     let first = response.chunk().await.unwrap().unwrap();
     assert!(!first.is_empty());
+    (node, response, worker, link)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_an_in_flight_stream() {
+    // Five chunks, 100 ms apart: the stream is still going when the shutdown comes.
+    let (node, mut response, _worker, _link) = mid_stream(5_000, 5).await;
 
     let url = node.url.clone();
     let stopping = tokio::spawn(node.stop());
@@ -191,21 +205,8 @@ async fn shutdown_drains_an_in_flight_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_timeout_bounds_the_shutdown() {
-    let config = test_config(200);
-    let cluster = config.node.cluster.clone();
-    let node = start(config).await;
     // A stream far longer than the drain timeout.
-    let worker = support::spawn_worker(100, Duration::from_millis(100)).await;
-    let _link = node.announce(&cluster, &worker.url).await;
-    node.wait_ready(200).await;
-    let mut response = node
-        .http
-        .post(format!("{}/v1/completions", node.url))
-        .json(&serde_json::json!({"model": "m", "prompt": "hi", "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    response.chunk().await.unwrap().unwrap();
+    let (node, mut response, _worker, _link) = mid_stream(200, 100).await;
     let started = std::time::Instant::now();
     node.stop().await.unwrap();
     assert!(
