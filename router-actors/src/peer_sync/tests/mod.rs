@@ -204,6 +204,12 @@ impl Node {
         }
     }
 
+    /// Whether this node's ledger holds nothing (no booking, no reservation).
+    pub(super) async fn idle(&self) -> bool {
+        let router = self.router.observe().await.expect("router alive");
+        router.scheduler.ledger.is_idle()
+    }
+
     pub(super) async fn observe(&self) -> PeerSyncSnapshot {
         self.sync.observe().await.expect("peer sync alive")
     }

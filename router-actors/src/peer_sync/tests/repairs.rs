@@ -38,15 +38,7 @@ pub(super) async fn a_dropped_message_is_detected_as_a_gap_and_repaired_by_snaps
     release_all(&[&a, &b], &mut live).await;
     sleep_ms(50).await;
     assert_converged(&[&a, &b]).await;
-    assert!(
-        a.router
-            .observe()
-            .await
-            .expect("alive")
-            .scheduler
-            .ledger
-            .is_idle()
-    );
+    assert!(a.idle().await, "{} not idle", a.id);
 }
 
 pub(super) async fn a_duplicated_message_is_counted_stale_and_not_applied_twice(bus: Arc<dyn Bus>) {
@@ -140,15 +132,7 @@ pub(super) async fn deltas_arriving_while_a_snapshot_is_on_the_way_are_applied_o
         b.router.release(id).expect("alive");
     }
     sleep_ms(50).await;
-    assert!(
-        a.router
-            .observe()
-            .await
-            .expect("alive")
-            .scheduler
-            .ledger
-            .is_idle()
-    );
+    assert!(a.idle().await, "{} not idle", a.id);
     assert_eq!(a.observe().await.counters.digest_mismatches, 0);
 }
 

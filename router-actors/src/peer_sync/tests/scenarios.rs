@@ -184,15 +184,7 @@ pub(super) async fn malformed_and_foreign_payloads_are_counted_and_ignored(bus: 
     );
     assert!(s.peers.is_empty());
     assert_eq!((s.counters.applied, s.counters.snapshots_served), (0, 0));
-    assert!(
-        a.router
-            .observe()
-            .await
-            .expect("alive")
-            .scheduler
-            .ledger
-            .is_idle()
-    );
+    assert!(a.idle().await, "{} not idle", a.id);
 }
 
 pub(super) async fn a_restarted_peer_replaces_what_its_previous_run_held(bus: Arc<dyn Bus>) {
