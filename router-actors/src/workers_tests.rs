@@ -47,20 +47,16 @@ async fn spawn_router(role: PoolRole) -> RouterHandle {
 async fn spawn_router_with(role: PoolRole, index: SharedKvIndex) -> RouterHandle {
     let clock = Clock::start();
     let args = RouterArgs {
-        config: PoolRouterConfig {
-            scheduler: SchedulerConfig::new(role, RouterId(Uuid::from_u128(1))),
-            block_size: BS,
-            prefix: PrefixMode::Events,
-        },
-        profile: PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
-        clock,
-        room_out: None,
-        paired: None,
-        deltas: None,
-        recheck_every: Duration::ZERO,
-        inflight: None,
-        admit_when: None,
         kv_index: Some(index),
+        ..RouterArgs::new(
+            PoolRouterConfig {
+                scheduler: SchedulerConfig::new(role, RouterId(Uuid::from_u128(1))),
+                block_size: BS,
+                prefix: PrefixMode::Events,
+            },
+            PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
+            clock,
+        )
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args)
         .await

@@ -62,8 +62,27 @@ pub struct RouterArgs {
     pub admit_when: Option<tokio::sync::watch::Receiver<bool>>,
     /// Events mode: the pool's prefix index, shared with the node's KvEventsActor (which
     /// applies the events) and kept across restarts of this actor. `None`: an index of its
-    /// own, fed through [`RouterHandle`]-less `PoolRouter::apply_kv_event` (tests).
+    /// own that nothing else writes (tests that feed no KV events).
     pub kv_index: Option<SharedKvIndex>,
+}
+
+impl RouterArgs {
+    /// A router alone: no room publisher, no paired pool, no peer sync, no periodic recheck,
+    /// no in-flight registry, admitting at once, with an index of its own. Set what differs.
+    pub fn new(config: PoolRouterConfig, profile: PolicyProfile, clock: Clock) -> Self {
+        Self {
+            config,
+            profile,
+            clock,
+            room_out: None,
+            paired: None,
+            deltas: None,
+            recheck_every: Duration::ZERO,
+            inflight: None,
+            admit_when: None,
+            kv_index: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for RouterArgs {

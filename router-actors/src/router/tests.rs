@@ -25,22 +25,15 @@ decode_busy_threshold_frac = 0.5
 "#;
 
 fn args(role: PoolRole, clock: Clock) -> RouterArgs {
-    RouterArgs {
-        config: PoolRouterConfig {
+    RouterArgs::new(
+        PoolRouterConfig {
             scheduler: SchedulerConfig::new(role, NODE),
             block_size: 16,
             prefix: PrefixMode::Events,
         },
-        profile: PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
+        PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
         clock,
-        room_out: None,
-        paired: None,
-        deltas: None,
-        recheck_every: Duration::ZERO,
-        inflight: None,
-        admit_when: None,
-        kv_index: None,
-    }
+    )
 }
 
 /// A one-worker pool with `kv` blocks (the class line is half of it).

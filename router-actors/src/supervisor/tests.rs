@@ -14,23 +14,19 @@ use std::time::Duration;
 
 fn router_args(clock: Clock, inflight: InflightRegistry) -> RouterArgs {
     RouterArgs {
-        config: PoolRouterConfig {
-            scheduler: SchedulerConfig::new(
-                PoolRole::Aggregated,
-                RouterId(uuid::Uuid::from_u128(1)),
-            ),
-            block_size: 16,
-            prefix: PrefixMode::Events,
-        },
-        profile: PolicyProfile::fallback(),
-        clock,
-        room_out: None,
-        paired: None,
-        deltas: None,
-        recheck_every: Duration::ZERO,
         inflight: Some(inflight),
-        admit_when: None,
-        kv_index: None,
+        ..RouterArgs::new(
+            PoolRouterConfig {
+                scheduler: SchedulerConfig::new(
+                    PoolRole::Aggregated,
+                    RouterId(uuid::Uuid::from_u128(1)),
+                ),
+                block_size: 16,
+                prefix: PrefixMode::Events,
+            },
+            PolicyProfile::fallback(),
+            clock,
+        )
     }
 }
 

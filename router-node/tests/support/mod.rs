@@ -190,23 +190,19 @@ pub async fn spawn_node_with(workers: &[&str], limits: Limits, prompter: Prompte
     let profile = PolicyProfile::from_toml_str(PROFILE).unwrap();
     let clock = Clock::start();
     let args = RouterArgs {
-        config: PoolRouterConfig {
-            scheduler: SchedulerConfig::new(
-                PoolRole::Aggregated,
-                RouterId(uuid::Uuid::from_u128(7)),
-            ),
-            block_size: 16,
-            prefix: PrefixMode::Events,
-        },
-        profile: profile.clone(),
-        clock,
-        room_out: None,
-        paired: None,
-        deltas: None,
         recheck_every: Duration::from_millis(50),
-        inflight: None,
-        admit_when: None,
-        kv_index: None,
+        ..RouterArgs::new(
+            PoolRouterConfig {
+                scheduler: SchedulerConfig::new(
+                    PoolRole::Aggregated,
+                    RouterId(uuid::Uuid::from_u128(7)),
+                ),
+                block_size: 16,
+                prefix: PrefixMode::Events,
+            },
+            profile.clone(),
+            clock,
+        )
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args).await.unwrap();
     let router = RouterHandle::new(actor, clock);

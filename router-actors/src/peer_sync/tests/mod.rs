@@ -87,20 +87,16 @@ pub(super) async fn start_node_with(
     let clock = Clock::start();
     let (router_tx, router_rx) = mpsc::channel(1024);
     let args = RouterArgs {
-        config: PoolRouterConfig {
-            scheduler: SchedulerConfig::new(POOL, id),
-            block_size: 16,
-            prefix: PrefixMode::Events,
-        },
-        profile: PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
-        clock,
-        room_out: None,
-        paired: None,
         deltas: Some(router_tx),
-        recheck_every: Duration::ZERO,
-        inflight: None,
-        admit_when: None,
-        kv_index: None,
+        ..RouterArgs::new(
+            PoolRouterConfig {
+                scheduler: SchedulerConfig::new(POOL, id),
+                block_size: 16,
+                prefix: PrefixMode::Events,
+            },
+            PolicyProfile::from_toml_str(PROFILE).expect("valid profile"),
+            clock,
+        )
     };
     let (actor, _) = Actor::spawn(None, RouterActor, args)
         .await
