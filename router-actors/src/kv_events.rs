@@ -18,7 +18,7 @@ use crate::wire::{Envelope, KvEventBatch, SeqEvent, SeqTracker, Subjects};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::index::EventKind;
-use router_core::{EventStatus, PoolRole, SharedKvIndex};
+use router_core::{PoolRole, SharedKvIndex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -169,8 +169,7 @@ impl KvEventsState {
             }
         }
         self.counters.batches += 1;
-        let statuses = self.index.apply_all(&body);
-        self.counters.refused += statuses.iter().filter(|s| **s != EventStatus::Ok).count() as u64;
+        self.counters.refused += self.index.apply_all(&body);
     }
 
     /// Forgets the least recently heard publisher when the table is full.

@@ -44,10 +44,14 @@ impl SharedKvIndex {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Applies `events` in order under one lock; returns their statuses.
-    pub fn apply_all(&self, events: &[KvEvent]) -> Vec<EventStatus> {
+    /// Applies `events` in order under one lock; returns how many the index refused (their
+    /// kinds are in the index's own status counts).
+    pub fn apply_all(&self, events: &[KvEvent]) -> u64 {
         let mut writer = self.write();
-        events.iter().map(|e| writer.apply(e)).collect()
+        events
+            .iter()
+            .filter(|e| writer.apply(e) != EventStatus::Ok)
+            .count() as u64
     }
 
     pub fn add_worker(&self, spec: &WorkerSpec) -> Result<(), WorkerSpecError> {
