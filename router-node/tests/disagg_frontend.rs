@@ -11,7 +11,7 @@ use router_core::PoolRole;
 use router_node::engine::Role;
 use serde_json::json;
 use std::time::Duration;
-use support::{Fault, error_of, spawn_faulty_worker};
+use support::{Fault, error_of};
 
 #[path = "support/disagg.rs"]
 mod disagg;
@@ -108,13 +108,7 @@ async fn call_status(call: reqwest::RequestBuilder) -> u16 {
 
 #[tokio::test]
 async fn a_failing_prefill_worker_is_a_502_and_releases_both_pools() {
-    let failing = spawn_faulty_worker(1, MS, Fault::Status(500)).await;
-    let mut fleet = fleet().await;
-    fleet
-        .announce(PREFILL_ID, PoolRole::Prefill, &failing.url)
-        .await;
-    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
-    let fe = fleet.frontend().await;
+    let (failing, fe) = stand_in_prefill(Fault::Status(500), 20.0).await;
     let response = fe
         .post("/v1/completions")
         .json(&json!({"model": "sim", "prompt": prompt(5, 4), "max_tokens": 5}))
@@ -141,13 +135,7 @@ async fn a_failing_prefill_worker_is_a_502_and_releases_both_pools() {
 
 #[tokio::test]
 async fn a_prefill_worker_refusing_the_request_passes_its_4xx_on_and_releases_both_pools() {
-    let refusing = spawn_faulty_worker(1, MS, Fault::Status(400)).await;
-    let mut fleet = fleet().await;
-    fleet
-        .announce(PREFILL_ID, PoolRole::Prefill, &refusing.url)
-        .await;
-    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
-    let fe = fleet.frontend().await;
+    let (_refusing, fe) = stand_in_prefill(Fault::Status(400), 20.0).await;
     let response = fe
         .post("/v1/completions")
         .json(&json!({"model": "sim", "prompt": prompt(12, 2)}))
@@ -164,13 +152,7 @@ async fn a_prefill_worker_refusing_the_request_passes_its_4xx_on_and_releases_bo
 #[tokio::test]
 async fn a_prefill_answer_without_transfer_params_is_a_502_and_releases_both_pools() {
     // This stand-in streams SSE whatever it is asked: no JSON, no `kv_transfer_params`.
-    let confused = spawn_faulty_worker(1, MS, Fault::None).await;
-    let mut fleet = fleet().await;
-    fleet
-        .announce(PREFILL_ID, PoolRole::Prefill, &confused.url)
-        .await;
-    fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
-    let fe = fleet.frontend().await;
+    let (_confused, fe) = stand_in_prefill(Fault::None, 20.0).await;
     for stream in [false, true] {
         let response = fe
             .post("/v1/completions")

@@ -71,14 +71,8 @@ async fn both_legs_get_the_bootstrap_fields_and_the_prefill_leg_one_token() {
 
 #[tokio::test]
 async fn a_failing_prefill_worker_is_an_error_cancels_the_decode_leg_and_releases_both_pools() {
-    let failing = spawn_faulty_worker(1, MS, Fault::Status(500)).await;
-    let mut fleet = fleet().await;
-    fleet
-        .announce(PREFILL_ID, PoolRole::Prefill, &failing.url)
-        .await;
     // A slow decode worker: it waits for the room's KV, then would decode slowly.
-    fleet.sim(DECODE_ID, Role::Decode, 16_384, 0.5).await;
-    let fe = fleet.frontend().await;
+    let (_failing, fe) = stand_in_prefill(Fault::Status(500), 0.5).await;
     let response = fe
         .post("/v1/completions")
         .json(&json!({"model": "sim", "prompt": prompt(5, 4), "max_tokens": 50}))

@@ -257,6 +257,23 @@ pub(crate) fn prompt(seed: u32, blocks: u32) -> Vec<u32> {
 }
 
 /// A prefill and a decode simulated worker behind the frontend.
+/// A stand-in prefill worker (one chunk, then `fault`) and a simulated decode worker at
+/// `decode_speedup`, behind the frontend.
+pub(crate) async fn stand_in_prefill(
+    fault: crate::support::Fault,
+    decode_speedup: f64,
+) -> (crate::support::StandInWorker, Frontend) {
+    let prefill = crate::support::spawn_faulty_worker(1, MS, fault).await;
+    let mut fleet = fleet().await;
+    fleet
+        .announce(PREFILL_ID, PoolRole::Prefill, &prefill.url)
+        .await;
+    fleet
+        .sim(DECODE_ID, Role::Decode, 16_384, decode_speedup)
+        .await;
+    (prefill, fleet.frontend().await)
+}
+
 pub(crate) async fn sim_fleet(
     decode_kv: usize,
     prefill_speedup: f64,
