@@ -124,6 +124,25 @@ fn agg_router(node: &Node) -> RouterHandle {
     node.router(PoolRole::Aggregated).expect("pool").clone()
 }
 
+async fn start_nats() -> NatsServer {
+    NatsServer::start()
+        .await
+        .expect("nats-server (run scripts/install-nats.sh)")
+}
+
+/// Waits until every one of `routers` holds nothing.
+async fn all_idle(routers: &[&RouterHandle]) {
+    eventually("every ledger idle", Duration::from_secs(5), || async {
+        for router in routers {
+            if !idle(router).await {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
 async fn ready(node: &Node) {
     let mut rx = node.ready();
     tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|r| *r))
@@ -170,9 +189,7 @@ async fn idle(router: &RouterHandle) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_routers_converge_under_bookings_and_releases_and_end_idle() {
-    let server = NatsServer::start()
-        .await
-        .expect("nats-server (run scripts/install-nats.sh)");
+    let server = start_nats().await;
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
     let a = agg_node(1, &bus_a).await;
     let b = agg_node(2, &bus_b).await;
@@ -205,19 +222,14 @@ async fn two_routers_converge_under_bookings_and_releases_and_end_idle() {
         let router = if id % 2 == 0 { &ra } else { &rb };
         router.release(RequestId::from_u128(id)).expect("alive");
     }
-    eventually("every ledger idle", Duration::from_secs(5), || async {
-        idle(&ra).await && idle(&rb).await
-    })
-    .await;
+    all_idle(&[&ra, &rb]).await;
     a.shutdown().await;
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
-    let server = NatsServer::start()
-        .await
-        .expect("nats-server (run scripts/install-nats.sh)");
+    let server = start_nats().await;
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
     let a = agg_node(1, &bus_a).await;
     let b = agg_node(2, &bus_b).await;
@@ -256,9 +268,7 @@ async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
-    let server = NatsServer::start()
-        .await
-        .expect("nats-server (run scripts/install-nats.sh)");
+    let server = start_nats().await;
     let inner = bus(&server).await;
     let lossy = Arc::new(FaultBus::new(
         inner,
@@ -300,19 +310,14 @@ async fn a_dropped_message_is_detected_and_repaired_by_snapshot() {
     for id in 1..=20u128 {
         ra.release(RequestId::from_u128(id)).expect("alive");
     }
-    eventually("every ledger idle", Duration::from_secs(5), || async {
-        idle(&ra).await && idle(&rb).await
-    })
-    .await;
+    all_idle(&[&ra, &rb]).await;
     a.shutdown().await;
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn room_changed_from_one_nodes_decode_pool_wakes_another_nodes_prefill_queue() {
-    let server = NatsServer::start()
-        .await
-        .expect("nats-server (run scripts/install-nats.sh)");
+    let server = start_nats().await;
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
     let profile = || PolicyProfile::from_toml_str(DISAGG_PROFILE).expect("profile");
     let a = node(1, Topology::Disaggregated, profile(), Arc::clone(&bus_a)).await;
@@ -368,9 +373,7 @@ async fn room_changed_from_one_nodes_decode_pool_wakes_another_nodes_prefill_que
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_router_that_fails_mid_load_is_restarted_and_every_ledger_ends_at_zero() {
-    let server = NatsServer::start()
-        .await
-        .expect("nats-server (run scripts/install-nats.sh)");
+    let server = start_nats().await;
     let (bus_a, bus_b) = (bus(&server).await, bus(&server).await);
     let a = agg_node(1, &bus_a).await;
     let b = agg_node(2, &bus_b).await;
