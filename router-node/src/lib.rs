@@ -4,8 +4,9 @@
 //! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
-//! - `loadgen`: one measured streaming request and latency percentiles (bench and demo).
+//! - `loadgen`: one measured streaming request (bench and demo).
 //! - `node_metrics`: what `/metrics` reads from a running node's actors at scrape time.
+//! - `report`: latency percentiles and the per-class table of the bench and demo reports.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
 //! - `worker`: `worker --sim`: router-sim's simulated worker reading bodies with the
@@ -16,6 +17,7 @@ pub mod config;
 pub mod frontend;
 pub mod loadgen;
 pub mod node_metrics;
+pub mod report;
 pub mod serve;
 pub mod telemetry;
 pub mod worker;
