@@ -5,7 +5,8 @@
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
 //! - `loadgen`: one measured streaming request (bench and demo).
-//! - `node_metrics`: what `/metrics` reads from a running node's actors at scrape time.
+//! - `metrics`: the node's Prometheus metrics: declarations, the frontend's recording, and
+//!   the scrape-time reading of the node's actors.
 //! - `report`: latency percentiles and the per-class table of the bench and demo reports.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
@@ -16,7 +17,7 @@ pub mod bench;
 pub mod config;
 pub mod frontend;
 pub mod loadgen;
-pub mod node_metrics;
+pub mod metrics;
 pub mod report;
 pub mod serve;
 pub mod telemetry;
