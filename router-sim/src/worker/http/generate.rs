@@ -10,7 +10,7 @@ use super::kv_transfer::{
 use super::reply::{CancelGuard, Reply, collect_response, stream_response};
 use super::{Refusal, WorkerState, bad, engine_gone};
 use crate::engine::{Role, SubmitError};
-use crate::worker::prompt::Route;
+use crate::worker::prompt::{PromptRequest, Route};
 use crate::worker::{namespace, seq_request};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -42,20 +42,9 @@ async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<R
         None => state.cfg.default_max_tokens,
         Some(n) => u32::try_from(n).map_err(|_| bad("max_tokens", "must be at most 4294967295"))?,
     };
-    let cache_salt = match request.body.get("cache_salt") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(bad("cache_salt", "must be a string")),
-    };
+    let ns = hash_namespace(&state, &request)?;
     let transfer = parse_transfer(&request.body)?;
     let bootstrap = parse_bootstrap(&request.body)?;
-    let lora = state
-        .cfg
-        .loras
-        .iter()
-        .find(|l| **l == request.model)
-        .cloned();
-    let ns = namespace(lora.as_deref(), cache_salt.as_deref());
     let tokens = request.tokens;
     let prompt_tokens = tokens.len();
     let is_prefill = state.cfg.role == Role::Prefill;
@@ -76,23 +65,8 @@ async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<R
         }
         None => None,
     };
-    let transfer_params = (stage && transfer == Transfer::RemoteDecode).then(|| {
-        let block_ids: Vec<u64> =
-            token_sequence_hashes(&tokens, state.cfg.block_size, ns.as_deref())
-                .into_iter()
-                .map(|h| h.0)
-                .collect();
-        json!({
-            "do_remote_prefill": true,
-            "do_remote_decode": false,
-            "remote_engine_id": state.cfg.worker_id.to_string(),
-            "remote_block_ids": block_ids,
-            "remote_host": &*state.host,
-            "remote_port": state.port,
-            "request_id": id.0.to_string(),
-            "tp_size": 1,
-        })
-    });
+    let transfer_params = (stage && transfer == Transfer::RemoteDecode)
+        .then(|| staged_params(&state, &tokens, ns.as_deref(), id));
     let req = seq_request(id, tokens, max_tokens, ns, staged_prefix);
     let deliveries = match state.engine.submit(req, stage).await {
         Err(_) => return Ok(engine_gone()),
@@ -124,6 +98,37 @@ async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<R
     } else {
         Ok(collect_response(reply, deliveries, guard).await)
     }
+}
+
+/// The request's hashing namespace: its LoRA (when `model` names a served one) and its
+/// `cache_salt`.
+fn hash_namespace(state: &WorkerState, request: &PromptRequest) -> Result<Option<String>, Refusal> {
+    let cache_salt = match request.body.get("cache_salt") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(bad("cache_salt", "must be a string")),
+    };
+    let lora = state.cfg.loras.iter().find(|l| **l == request.model);
+    Ok(namespace(lora.map(String::as_str), cache_salt))
+}
+
+/// The `kv_transfer_params` a staging prefill answers with (vLLM convention): where and
+/// under which id the decode side pulls the prompt's KV.
+fn staged_params(state: &WorkerState, tokens: &[u32], ns: Option<&str>, id: RequestId) -> Value {
+    let block_ids: Vec<u64> = token_sequence_hashes(tokens, state.cfg.block_size, ns)
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    json!({
+        "do_remote_prefill": true,
+        "do_remote_decode": false,
+        "remote_engine_id": state.cfg.worker_id.to_string(),
+        "remote_block_ids": block_ids,
+        "remote_host": &*state.host,
+        "remote_port": state.port,
+        "request_id": id.0.to_string(),
+        "tp_size": 1,
+    })
 }
 
 /// A decode leg takes the prompt's staged KV from its prefill worker: SGLang's bootstrap
