@@ -7,13 +7,14 @@
 //! body with `stream: true`, tells the router `prefill_done` at the first upstream chunk and
 //! streams the chunks back (or assembles one JSON body for a non-streaming client). A
 //! [`proxy::BookingGuard`] owned by the response releases the booking however the request
-//! ends. Every error is a JSON body built in `error`; `metrics` serves Prometheus text.
+//! ends. Every error is a JSON body built in `error`; `/metrics` serves the node's
+//! Prometheus text (`crate::metrics`).
 //!
 //! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
 //! decode leg instead (`disagg`).
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
-//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs`, `tokenizer.rs` (the [`Prompter`]:
+//! `proxy.rs`, `disagg.rs`, `error.rs`, `tokenizer.rs` (the [`Prompter`]:
 //! tokenizer and chat rendering), `chat_template.rs`.
 
 mod admit;
@@ -21,16 +22,15 @@ mod chat_template;
 mod disagg;
 mod error;
 mod handlers;
-mod metrics;
 mod openai;
 mod proxy;
 mod tokenizer;
 
+pub use crate::metrics::Metrics;
 pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
-pub use metrics::Metrics;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use proxy::BookingGuard;
 pub use tokenizer::{
