@@ -197,12 +197,13 @@ pub(crate) async fn ledger(router: &RouterHandle) -> LedgerSnapshot {
     router.observe().await.unwrap().scheduler.ledger
 }
 
+/// Polls `check` every 10 ms for up to 20 s (generous: CI machines are slow and shared).
 pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..500 {
+    for _ in 0..2000 {
         if check().await {
             return;
         }
