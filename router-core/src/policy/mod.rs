@@ -9,7 +9,7 @@ mod profile;
 pub use config::{ClassConfig, PolicyFile, RejectThresholdsConfig};
 pub use error::{PolicyError, UnknownClass};
 pub use fraction::Fraction;
-pub use profile::{ClassPolicy, PolicyProfile, RejectThresholds};
+pub use profile::{ClassPolicy, PolicyFormat, PolicyProfile, RejectThresholds};
 
 #[cfg(test)]
 mod tests;
