@@ -9,7 +9,8 @@
 //! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
 //! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
-//! - `testkit`: test support, spawns processes (a real nats-server for the NATS bus tests).
+//! - `testkit` (feature `testsuite`, for tests only): spawns processes (a real nats-server for
+//!   the NATS bus tests) and fault-injecting buses.
 //! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
 //!   removals on the pools' routers, and the endpoint directory the frontend reads.
 //! - `kv_events`: the KvEventsActor of one pool: workers' KV events into the router's index,
@@ -32,6 +33,7 @@ pub mod room_bus;
 pub mod room_view;
 pub mod router;
 pub mod supervisor;
+#[cfg(feature = "testsuite")]
 pub mod testkit;
 pub mod wire;
 pub mod worker_link;
