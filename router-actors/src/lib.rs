@@ -8,7 +8,8 @@
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
-//! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
+//! - `supervisor`: the NodeSupervisor, its restart policy, child specs, actor slots (and calls
+//!   through them with a timeout), tasks owned by an actor's state, the in-flight registry.
 //! - `testkit` (feature `testsuite`, for tests only): spawns processes (a real nats-server for
 //!   the NATS bus tests) and fault-injecting buses.
 //! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
@@ -42,12 +43,16 @@ pub mod worker_link;
 mod workers_tests;
 
 pub use clock::Clock;
-pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg, kv_events_child};
 pub use lag::LagSummary;
 pub use node::{Node, NodeConfig, NodeError, Topology};
-pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
+pub use peer_sync::{
+    DeltaFeed, PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg,
+    peer_sync_child,
+};
 pub use registry::{
-    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
+    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor, registry_child,
 };
 pub use router::{OwnDelta, Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use supervisor::{CallError, DEFAULT_CALL_TIMEOUT};
 pub use worker_link::WorkerLink;

@@ -16,20 +16,23 @@
 //! The frontend reads worker endpoints without a message: the actor publishes a
 //! [`Directory`] through an `ArcSwap` whenever the set of workers or an endpoint changes, and
 //! the number of known workers through a `watch` channel (`/ready`). Both live in
-//! [`RegistryShared`], which survives a restart of the actor.
+//! [`RegistryShared`], which survives a restart of the actor, and so does the table of known
+//! workers with their leases: the actor's state hands it back when it is dropped (after a
+//! failure too), and a restarted actor starts from it, so a worker that dies meanwhile still
+//! expires and the directory never empties.
 
 use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
-use crate::router::{ActorGone, RouterHandle};
+use crate::router::RouterHandle;
+use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
 use crate::wire::{Envelope, SeqEvent, SeqTracker, Subjects, WorkerAnnounce, pool_token};
 use arc_swap::ArcSwap;
 use ractor::concurrency::JoinHandle as TimerHandle;
-use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort};
 use router_core::{PoolRole, WorkerId, WorkerSpec};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -101,11 +104,14 @@ impl Directory {
     }
 }
 
-/// What the registry publishes for lock-free readers; survives actor restarts.
+/// What the registry publishes for lock-free readers, and its worker table between two
+/// incarnations; survives actor restarts.
 #[derive(Debug, Clone)]
 pub struct RegistryShared {
     directory: Arc<ArcSwap<Directory>>,
     known: Arc<watch::Sender<usize>>,
+    /// The last incarnation's workers, handed back when its state was dropped.
+    kept: Arc<Mutex<HashMap<Key, Entry>>>,
 }
 
 impl Default for RegistryShared {
@@ -113,6 +119,7 @@ impl Default for RegistryShared {
         Self {
             directory: Arc::new(ArcSwap::from_pointee(Directory::default())),
             known: Arc::new(watch::channel(0).0),
+            kept: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 }
@@ -229,7 +236,8 @@ pub struct RegistryState {
     shared: RegistryShared,
     directory_dirty: bool,
     inbox: Arc<Inbox>,
-    forwarders: Vec<tokio::task::JoinHandle<()>>,
+    /// One forwarder per announce subscription; aborted with this state.
+    forwarders: OwnedTasks,
     counters: RegistryCounters,
 }
 
@@ -239,6 +247,18 @@ impl std::fmt::Debug for RegistryState {
             .field("workers", &self.workers.len())
             .field("counters", &self.counters)
             .finish_non_exhaustive()
+    }
+}
+
+/// The worker table goes back to the shared slot for the next incarnation.
+impl Drop for RegistryState {
+    fn drop(&mut self) {
+        let workers = std::mem::take(&mut self.workers);
+        *self
+            .shared
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = workers;
     }
 }
 
@@ -482,18 +502,27 @@ impl Actor for WorkerRegistryActor {
                 },
             ));
         }
+        // A restart carries on with the workers (and leases) the failed incarnation knew.
+        let workers = std::mem::take(
+            &mut *args
+                .shared
+                .kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let deadlines = workers.iter().map(|(k, e)| (e.expires, *k)).collect();
         let mut state = RegistryState {
             pools,
             config: args.config,
-            workers: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            workers,
+            deadlines,
             seqs: HashMap::new(),
             armed: None,
             shared: args.shared,
-            // A restart starts empty: publish that.
+            // Publish what we start with (nothing at first, the kept workers after a restart).
             directory_dirty: true,
             inbox,
-            forwarders,
+            forwarders: OwnedTasks::new(forwarders),
             counters: RegistryCounters::default(),
         };
         state.after_change(&myself);
@@ -532,23 +561,38 @@ impl Actor for WorkerRegistryActor {
         state: &mut RegistryState,
     ) -> Result<(), ActorProcessingErr> {
         state.disarm();
-        for task in state.forwarders.drain(..) {
-            task.abort();
-        }
+        state.forwarders.abort_all();
         Ok(())
     }
 }
 
-/// The typed handle: lock-free endpoint reads for the frontend, `/ready`, and `Observe`.
+/// The typed handle: lock-free endpoint reads for the frontend, `/ready`, and `Observe`. It
+/// follows the actor in its slot across restarts.
 #[derive(Debug, Clone)]
 pub struct RegistryHandle {
-    actor: ActorRef<RegistryMsg>,
+    slot: ActorSlot<RegistryMsg>,
     shared: RegistryShared,
+    call_timeout: Duration,
 }
 
 impl RegistryHandle {
     pub fn new(actor: ActorRef<RegistryMsg>, shared: RegistryShared) -> Self {
-        Self { actor, shared }
+        Self::from_slot(ActorSlot::new(actor), shared)
+    }
+
+    /// A handle on the actor in `slot`, reading what it publishes through `shared`.
+    pub fn from_slot(slot: ActorSlot<RegistryMsg>, shared: RegistryShared) -> Self {
+        Self {
+            slot,
+            shared,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// The same handle, waiting at most `timeout` for `observe`.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
     }
 
     /// Spawns the actor and returns its handle.
@@ -561,8 +605,9 @@ impl RegistryHandle {
         Ok((Self::new(actor, shared), join))
     }
 
-    pub fn actor(&self) -> &ActorRef<RegistryMsg> {
-        &self.actor
+    /// The current actor (none between a failure and its restart).
+    pub fn actor(&self) -> Option<ActorRef<RegistryMsg>> {
+        self.slot.get()
     }
 
     /// The current directory of live workers (one atomic load).
@@ -597,10 +642,29 @@ impl RegistryHandle {
         self.shared.known.subscribe()
     }
 
-    pub async fn observe(&self) -> Result<RegistrySnapshot, ActorGone> {
-        match self.actor.call(RegistryMsg::Observe, None).await {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
-        }
+    pub async fn observe(&self) -> Result<RegistrySnapshot, CallError> {
+        self.slot
+            .call(RegistryMsg::Observe, self.call_timeout)
+            .await
     }
+}
+
+/// A supervisor child that (re)starts a WorkerRegistryActor linked to the supervisor from
+/// `args` and points `slot` at it. A restarted registry carries on with the workers and
+/// leases kept in `args.shared`.
+pub fn registry_child(
+    name: impl Into<String>,
+    args: RegistryArgs,
+    slot: ActorSlot<RegistryMsg>,
+) -> ChildSpec {
+    ChildSpec::new(name, move |supervisor| {
+        let args = args.clone();
+        let slot = slot.clone();
+        Box::pin(async move {
+            let (actor, _) =
+                Actor::spawn_linked(None, WorkerRegistryActor, args, supervisor).await?;
+            slot.set(actor.clone());
+            Ok(actor.get_cell())
+        })
+    })
 }
