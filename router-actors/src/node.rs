@@ -157,8 +157,10 @@ impl Node {
         let mut inflight = Vec::new();
         for &pool in config.topology.pools() {
             let slot = ActorSlot::empty();
-            let handle =
-                RouterHandle::from_slot(slot.clone(), clock).with_call_timeout(config.call_timeout);
+            // A route call waits at most the longest class wait, plus a call's timeout.
+            let handle = RouterHandle::from_slot(slot.clone(), clock)
+                .with_call_timeout(config.call_timeout)
+                .with_route_timeout(config.profile.longest_wait() + config.call_timeout);
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
             // Peer sync says when the starting snapshots are in; the router admits from then.
             let (ready_tx, ready_rx) = watch::channel(false);

@@ -48,6 +48,9 @@ pub struct RouterHandle {
     clock: Clock,
     /// How long `observe`, `own_state`, `state_of` and `digest_of` wait for an answer.
     call_timeout: Duration,
+    /// How long `route` waits at most: the longest class wait plus the call timeout (`None`:
+    /// as long as the queue holds the request).
+    route_timeout: Option<Duration>,
 }
 
 impl RouterHandle {
@@ -61,6 +64,7 @@ impl RouterHandle {
             slot,
             clock,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            route_timeout: None,
         }
     }
 
@@ -68,6 +72,14 @@ impl RouterHandle {
     /// which waits for admission).
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// The same handle, giving up on a `route` call after `timeout` (`Unavailable`): a stuck
+    /// actor never holds a request past every class deadline. Set it above the longest class
+    /// wait, since a queued request legitimately waits that long.
+    pub fn with_route_timeout(mut self, timeout: Duration) -> Self {
+        self.route_timeout = Some(timeout);
         self
     }
 
@@ -87,7 +99,8 @@ impl RouterHandle {
     /// Admits or rejects, after waiting in the class queue if the gate is closed: resolves
     /// when the request is admitted or rejected. The arrival time is stamped here, before the
     /// message is sent, so time in the mailbox counts against the class deadline. Dropping
-    /// the future while queued removes the request from the queue (it is never booked).
+    /// the future while queued removes the request from the queue (it is never booked); so
+    /// does the route timeout (an admission whose caller gave up is rolled back).
     pub async fn route(&self, request: RouteRequest) -> Result<Admission, RouteError> {
         let arrival = self.clock.now();
         let actor = self.slot.get().ok_or(RouteError::Unavailable)?;
@@ -98,7 +111,7 @@ impl RouterHandle {
                     arrival,
                     reply,
                 },
-                None,
+                self.route_timeout,
             )
             .await
         {

@@ -269,3 +269,26 @@ async fn a_starting_router_holds_requests_until_it_may_admit() {
     gate.send_replace(true);
     admitted(waiting.await.expect("task"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_route_call_gives_up_at_its_timeout_and_the_request_is_never_booked() {
+    let clock = Clock::start();
+    // A node that never becomes ready holds every route call: the handle must not wait
+    // forever (a stuck actor answers the same way).
+    let (gate, admit_when) = tokio::sync::watch::channel(false);
+    let mut held = args(PoolRole::Aggregated, clock);
+    held.admit_when = Some(admit_when);
+    let router = spawn(held)
+        .await
+        .with_route_timeout(Duration::from_millis(750));
+    let started = tokio::time::Instant::now();
+    let out = router.route(request(1, 1, 1, Phase::Aggregated)).await;
+    assert_eq!(out, Err(RouteError::Unavailable));
+    assert_eq!(started.elapsed(), Duration::from_millis(750));
+    // When the node turns ready, the abandoned request is not booked for nobody.
+    gate.send_replace(true);
+    settle().await;
+    let snap = router.observe().await.expect("alive");
+    assert_eq!(snap.scheduler.ledger.bookings, 0);
+    assert_eq!(snap.counters.rolled_back, 1);
+}

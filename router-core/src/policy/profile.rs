@@ -247,6 +247,17 @@ impl PolicyProfile {
         }
     }
 
+    /// The longest a request may wait in a queue under this profile (zero when every class
+    /// admits or rejects at once).
+    pub fn longest_wait(&self) -> Duration {
+        self.classes
+            .iter()
+            .filter(|c| !c.never_queue)
+            .map(|c| c.slo)
+            .max()
+            .unwrap_or_default()
+    }
+
     pub fn classes(&self) -> &[ClassPolicy] {
         &self.classes
     }
