@@ -18,6 +18,7 @@
 //! tokenizer and chat rendering), `chat_template.rs`.
 
 mod admit;
+mod assemble;
 mod chat_template;
 mod disagg;
 mod error;
