@@ -30,7 +30,10 @@ pub use index::{
     KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, SharedKvIndex, StoredBlock,
 };
 pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
-pub use policy::{ClassPolicy, PolicyError, PolicyProfile, UnknownClass};
+pub use policy::{
+    ClassPolicy, ClassSource, Classification, ClassifyError, PolicyError, PolicyProfile,
+    RequestFacts, UnknownClass,
+};
 pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
