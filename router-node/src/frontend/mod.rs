@@ -13,14 +13,15 @@
 //! decode leg instead (`disagg`).
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
-//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs`, `tokenizer.rs` (the [`Prompter`]:
-//! tokenizer and chat rendering), `chat_template.rs`.
+//! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs` and `metrics_node.rs` (the node's
+//! families), `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering), `chat_template.rs`.
 
 mod chat_template;
 mod disagg;
 mod error;
 mod handlers;
 mod metrics;
+mod metrics_node;
 mod openai;
 mod proxy;
 mod tokenizer;
