@@ -19,7 +19,8 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassifierConfig {
-    /// Rule name: `[A-Za-z0-9_.-]+`, unique, used in metric labels and error bodies.
+    /// Rule name: `[A-Za-z0-9_.-]+`, unique, not `none`; used in metric labels and error
+    /// bodies.
     pub name: String,
     /// The body's `model`, exactly: one name or a list.
     pub model: Option<Values>,
@@ -162,6 +163,12 @@ fn validate_rule(r: &ClassifierConfig, classes: &[ClassPolicy]) -> Result<Classi
         return Err(bad(
             "name",
             "must be 1-64 characters of [A-Za-z0-9_.-]".into(),
+        ));
+    }
+    if r.name == "none" {
+        return Err(bad(
+            "name",
+            "`none` is reserved (the label of requests no rule matched)".into(),
         ));
     }
     let class_id = |key: &'static str, name: &str| {

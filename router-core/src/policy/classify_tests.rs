@@ -417,6 +417,11 @@ fn rule_mistakes_are_load_errors_naming_the_rule_and_the_key() {
             other => panic!("{body}: expected an error on {key}, got {other:?}"),
         }
     }
+    let reserved = with_rules("[[classifiers]]\nname = \"none\"\nclass = \"a\"\n");
+    assert!(
+        matches!(&reserved, Err(PolicyError::InvalidRule { key: "name", .. })),
+        "{reserved:?}"
+    );
     let err = with_rules("[[classifiers]]\nname = \"r1\"\nclass = \"c\"\n").expect_err("unknown");
     assert_eq!(
         err.to_string(),
