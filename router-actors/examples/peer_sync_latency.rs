@@ -21,13 +21,13 @@
 use hdrhistogram::Histogram;
 use router_actors::bus::Bus;
 use router_actors::bus::nats::NatsBus;
+use router_actors::router::RouteError;
 use router_actors::testkit::NatsServer;
 use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_actors::{LagSummary, Node, NodeConfig, PeerSyncConfig, RouterHandle, Topology};
 use router_actors::{WorkerLink, peer_sync::PeerSyncSnapshot};
 use router_core::{
-    Outcome, Phase, PolicyProfile, PoolRole, Prompt, RequestId, RouteRequest, RouterId, Timestamp,
-    WorkerSpec,
+    Phase, PolicyProfile, PoolRole, Prompt, RequestId, RouteRequest, RouterId, WorkerSpec,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,9 +91,9 @@ fn request(id: u64, blocks: u32) -> RouteRequest {
     let tokens = (0..blocks * 16).map(|t| base.wrapping_add(t)).collect();
     RouteRequest::new(
         RequestId::from_u128(u128::from(id)),
+        router_core::ClassId(0),
         Phase::Aggregated,
         Prompt::Tokens(tokens),
-        Timestamp(0),
     )
 }
 
@@ -127,7 +127,6 @@ fn nats_pid() -> Option<u32> {
 struct Tally {
     admitted: AtomicU64,
     rejected: AtomicU64,
-    queued: AtomicU64,
     gone: AtomicU64,
     released: AtomicU64,
 }
@@ -236,20 +235,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 h.saturating_record(took);
             }
             match outcome {
-                Ok(Ok(Outcome::Admitted(_))) => {
+                Ok(_) => {
                     tally.admitted.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(hold).await;
                     if router.release(RequestId::from_u128(u128::from(id))).is_ok() {
                         tally.released.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(Ok(Outcome::Rejected { .. })) => {
+                Err(RouteError::Rejected { .. }) => {
                     tally.rejected.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Ok(Outcome::Queued { .. })) => {
-                    tally.queued.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Err(_)) | Err(_) => {
+                Err(RouteError::UnknownClass(_) | RouteError::Unavailable) => {
                     tally.gone.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -306,12 +302,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "issued {total} in {:.3} s (achieved {achieved:.0}/s); all routes answered and \
-         releases sent in {:.3} s; admitted {admitted}, rejected {}, queued {}, router gone {}, \
+         releases sent in {:.3} s; admitted {admitted}, rejected {}, router gone {}, \
          released {}",
         issued_in.as_secs_f64(),
         finished_in.as_secs_f64(),
         tally.rejected.load(Ordering::Relaxed),
-        tally.queued.load(Ordering::Relaxed),
         tally.gone.load(Ordering::Relaxed),
         tally.released.load(Ordering::Relaxed),
     );

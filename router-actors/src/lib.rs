@@ -47,5 +47,5 @@ pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle,
 pub use registry::{
     RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
 };
-pub use router::{OwnDelta, Paired, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use router::{OwnDelta, Paired, RouteError, RouterActor, RouterArgs, RouterHandle, RouterMsg};
 pub use worker_link::WorkerLink;

@@ -10,7 +10,7 @@ use crate::bus::local::LocalBus;
 use crate::clock::Clock;
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle};
 use crate::registry::{RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared};
-use crate::router::{ActorGone, RouterActor, RouterArgs, RouterHandle};
+use crate::router::{RouteError, RouterActor, RouterArgs, RouterHandle};
 use crate::testkit::{Fault, FaultBus};
 use crate::wire::{Envelope, Outbox, Subjects, WIRE_VERSION, WorkerAnnounce, encode};
 use crate::worker_link::WorkerLink;
@@ -19,9 +19,8 @@ use ractor::Actor;
 use router_core::admission::{Phase, PoolRole, SchedulerConfig};
 use router_core::hashing::local_block_hashes;
 use router_core::{
-    ExternalHash, KvEvent, KvEventData, Outcome, PolicyProfile, PoolRouterConfig, PrefixMode,
-    Prompt, RankId, RequestId, RouteRequest, RouterId, SharedKvIndex, StoredBlock, Timestamp,
-    WorkerId, WorkerSpec,
+    ExternalHash, KvEvent, KvEventData, PolicyProfile, PoolRouterConfig, PrefixMode, Prompt,
+    RankId, RequestId, RouteRequest, RouterId, SharedKvIndex, StoredBlock, WorkerId, WorkerSpec,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,19 +161,19 @@ async fn route(
     router: &RouterHandle,
     id: u128,
     prompt: Vec<u32>,
-) -> Result<Result<Outcome, router_core::RouteError>, ActorGone> {
+) -> Result<router_core::Admission, RouteError> {
     let request = RouteRequest::new(
         RequestId::from_u128(id),
+        router_core::ClassId(0),
         Phase::Aggregated,
         Prompt::Tokens(prompt),
-        Timestamp(0),
     );
     router.route(request).await
 }
 
-fn placed(result: Result<Result<Outcome, router_core::RouteError>, ActorGone>) -> RankId {
+fn placed(result: Result<router_core::Admission, RouteError>) -> RankId {
     match result {
-        Ok(Ok(Outcome::Admitted(a))) => a.rank,
+        Ok(a) => a.rank,
         other => panic!("expected an admission, got {other:?}"),
     }
 }

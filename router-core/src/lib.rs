@@ -38,7 +38,7 @@ pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
 };
-pub use router::{PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RouteError, RouteRequest};
+pub use router::{PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RouteRequest};
 pub use select::{
     SelectError, Selected, SelectionConfig, SelectionConfigError, SelectionRequest, Selector,
 };

@@ -8,12 +8,37 @@ use crate::supervisor::ActorSlot;
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
-    DecodeReservation, Outcome, RequestId, RouteError, RouteRequest, RouterId, WorkerId, WorkerSpec,
+    Admission, ClassId, DecodeReservation, RejectReason, RequestId, RouteRequest, RouterId,
+    WorkerId, WorkerSpec,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the router actor is gone")]
 pub struct ActorGone;
+
+/// Why a `route` call did not admit: the one failure type of the request path (a queued
+/// request never comes back as such; the call resolves when it is admitted or rejected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The scheduler refused the request (queue full, deadline, overload, no worker, ...).
+    #[error("{reason}")]
+    Rejected {
+        class: ClassId,
+        reason: RejectReason,
+    },
+    /// The class id is not in the router's profile (the caller resolved it against another).
+    #[error("class {0:?} is not in the router's profile")]
+    UnknownClass(ClassId),
+    /// The router actor is gone (restarting or stopped).
+    #[error("the router is unavailable")]
+    Unavailable,
+}
+
+impl From<ActorGone> for RouteError {
+    fn from(_: ActorGone) -> Self {
+        RouteError::Unavailable
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct RouterHandle {
@@ -47,22 +72,26 @@ impl RouterHandle {
         self.clock
     }
 
-    /// Admits, queues or rejects; resolves when the request is admitted or rejected. Dropping
+    /// Admits or rejects, after waiting in the class queue if the gate is closed: resolves
+    /// when the request is admitted or rejected. The arrival time is stamped here, before the
+    /// message is sent, so time in the mailbox counts against the class deadline. Dropping
     /// the future while queued removes the request from the queue (it is never booked).
-    pub async fn route(
-        &self,
-        mut request: RouteRequest,
-    ) -> Result<Result<Outcome, RouteError>, ActorGone> {
-        request.arrival = self.clock.now();
-        match self
-            .slot
-            .get()
-            .ok_or(ActorGone)?
-            .call(|reply| RouterMsg::Route { request, reply }, None)
+    pub async fn route(&self, request: RouteRequest) -> Result<Admission, RouteError> {
+        let arrival = self.clock.now();
+        let actor = self.slot.get().ok_or(RouteError::Unavailable)?;
+        match actor
+            .call(
+                |reply| RouterMsg::Route {
+                    request,
+                    arrival,
+                    reply,
+                },
+                None,
+            )
             .await
         {
-            Ok(CallResult::Success(result)) => Ok(result),
-            _ => Err(ActorGone),
+            Ok(CallResult::Success(result)) => result,
+            _ => Err(RouteError::Unavailable),
         }
     }
 

@@ -15,7 +15,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use handle::{ActorGone, RouterHandle};
+pub use handle::{ActorGone, RouteError, RouterHandle};
 pub use state::{OwnState, OwnerDigest, RouterCounters, RouterSnapshot};
 
 use crate::clock::Clock;
@@ -25,8 +25,8 @@ use crate::wire::BookingDelta;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::ledger::{Booking, Reservation};
 use router_core::{
-    DecodeReservation, Outcome, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId, RouteError,
-    RouteRequest, RouterId, SharedKvIndex, WorkerId, WorkerSpec,
+    Admission, DecodeReservation, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
+    RouteRequest, RouterId, SharedKvIndex, Timestamp, WorkerId, WorkerSpec,
 };
 use state::RouterState;
 use std::time::Duration;
@@ -105,9 +105,11 @@ pub struct OwnDelta {
 #[derive(Debug)]
 pub enum RouterMsg {
     /// Admit, queue or reject; the reply comes when the request is admitted or rejected.
+    /// `arrival` is stamped by the handle (the class deadline counts from it).
     Route {
         request: RouteRequest,
-        reply: RpcReplyPort<Result<Outcome, RouteError>>,
+        arrival: Timestamp,
+        reply: RpcReplyPort<Result<Admission, RouteError>>,
     },
     PrefillDone(RequestId),
     Release(RequestId),
@@ -219,7 +221,11 @@ impl Actor for RouterActor {
         state: &mut RouterState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            RouterMsg::Route { request, reply } => state.route(request, reply),
+            RouterMsg::Route {
+                request,
+                arrival,
+                reply,
+            } => state.route(request, arrival, reply),
             RouterMsg::PrefillDone(id) => state.prefill_done(id),
             RouterMsg::Release(id) => state.release(id),
             RouterMsg::Cancel(id) => state.cancel(id),

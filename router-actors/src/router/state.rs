@@ -2,7 +2,7 @@
 //! publishing deltas, casting reservations), draining, the deadline timer, and publishing the
 //! decode room.
 
-use super::{OwnDelta, Paired, RouterMsg};
+use super::{OwnDelta, Paired, RouteError, RouterMsg};
 use crate::clock::Clock;
 use crate::lag::{LagRecorder, LagSummary};
 use crate::room_view::{RoomPublisher, RoomSnapshot};
@@ -14,7 +14,7 @@ use router_core::admission::RejectReason;
 use router_core::admission::SchedulerSnapshot;
 use router_core::ledger::{Booking, Reservation};
 use router_core::{
-    DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RouteError, RouteRequest, RouterId,
+    Admission, DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RouteRequest, RouterId,
     Timestamp, WorkerId, WorkerSpec,
 };
 use serde::Serialize;
@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-type Reply = RpcReplyPort<Result<Outcome, RouteError>>;
+type Reply = RpcReplyPort<Result<Admission, RouteError>>;
 
 /// Requests a starting node holds before it admits; past this, new ones are refused.
 const MAX_HELD: usize = 65_536;
@@ -89,7 +89,7 @@ pub struct RouterState {
     pending_restore: Vec<(RequestId, Booking)>,
     /// False while a starting node waits for its peers' bookings: `route` calls are held.
     admitting: bool,
-    held: std::collections::VecDeque<(RouteRequest, Reply)>,
+    held: std::collections::VecDeque<(RouteRequest, Timestamp, Reply)>,
     pub(super) counters: RouterCounters,
     pub(super) peer_lag: LagRecorder,
 }
@@ -155,51 +155,37 @@ impl RouterState {
         self.paired.as_ref().map(|p| p.room.load())
     }
 
-    pub(super) fn route(&mut self, request: RouteRequest, reply: Reply) {
+    pub(super) fn route(&mut self, request: RouteRequest, arrival: Timestamp, reply: Reply) {
         if !self.admitting {
-            self.hold(request, reply);
+            self.hold(request, arrival, reply);
             return;
         }
         let now = self.clock.now();
         let room = self.room();
         let view = room.as_deref().map(|r| r as &dyn DecodeRoomView);
-        match self.router.route(request, now, view) {
-            Ok(outcome) => self.settle(outcome, Some(reply)),
-            Err(error) => {
-                let _ = reply.send(Err(error));
-            }
-        }
+        let outcome = self.router.route(request, arrival, now, view);
+        self.settle(outcome, Some(reply));
     }
 
     /// Keeps a request until the node admits; past [`MAX_HELD`] the newest is refused.
-    fn hold(&mut self, request: RouteRequest, reply: Reply) {
+    fn hold(&mut self, request: RouteRequest, arrival: Timestamp, reply: Reply) {
         if self.held.len() < MAX_HELD {
-            self.held.push_back((request, reply));
+            self.held.push_back((request, arrival, reply));
             return;
         }
         self.counters.refused_not_ready += 1;
-        let answer = match self
-            .router
-            .scheduler()
-            .profile()
-            .resolve(request.class.as_deref())
-        {
-            Ok(class) => Ok(Outcome::Rejected {
-                request: request.id,
-                class,
-                reason: RejectReason::NotReady,
-            }),
-            Err(unknown) => Err(RouteError::from(unknown)),
-        };
-        let _ = reply.send(answer);
+        let _ = reply.send(Err(RouteError::Rejected {
+            class: request.class,
+            reason: RejectReason::NotReady,
+        }));
     }
 
     pub(super) fn set_admitting(&mut self, yes: bool) {
         self.admitting = yes;
         while self.admitting
-            && let Some((request, reply)) = self.held.pop_front()
+            && let Some((request, arrival, reply)) = self.held.pop_front()
         {
-            self.route(request, reply);
+            self.route(request, arrival, reply);
         }
     }
 
@@ -208,7 +194,7 @@ impl RouterState {
     fn settle(&mut self, outcome: Outcome, port: Option<Reply>) {
         let request = outcome.request();
         let port = port.or_else(|| self.waiting.remove(&request));
-        match &outcome {
+        let answer = match outcome {
             Outcome::Queued { .. } => {
                 if let Some(port) = port {
                     self.waiting.insert(request, port);
@@ -234,11 +220,17 @@ impl RouterState {
                 {
                     self.counters.reservations_lost += 1;
                 }
+                Ok(admission)
             }
-            Outcome::Rejected { .. } => {}
-        }
+            Outcome::Rejected {
+                class,
+                reason: RejectReason::UnknownClass,
+                ..
+            } => Err(RouteError::UnknownClass(class)),
+            Outcome::Rejected { class, reason, .. } => Err(RouteError::Rejected { class, reason }),
+        };
         if let Some(port) = port {
-            let _ = port.send(Ok(outcome));
+            let _ = port.send(answer);
         }
     }
 

@@ -58,15 +58,15 @@ fn request(id: u128, blocks: u32, seed: u32, phase: Phase) -> RouteRequest {
     let tokens = (0..blocks * 16).map(|t| seed * 100_000 + t).collect();
     RouteRequest::new(
         RequestId::from_u128(id),
+        router_core::ClassId(0),
         phase,
         Prompt::Tokens(tokens),
-        Timestamp(0),
     )
 }
 
-fn admitted(result: Result<Result<Outcome, RouteError>, ActorGone>) -> router_core::Admission {
+fn admitted(result: Result<router_core::Admission, RouteError>) -> router_core::Admission {
     match result {
-        Ok(Ok(Outcome::Admitted(a))) => a,
+        Ok(a) => a,
         other => panic!("expected an admission, got {other:?}"),
     }
 }
@@ -102,10 +102,10 @@ async fn the_deadline_timer_rejects_a_queued_request_exactly_at_its_deadline() {
     let out = router.route(request(2, 1, 2, Phase::Aggregated)).await;
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     match out {
-        Ok(Ok(Outcome::Rejected {
+        Err(RouteError::Rejected {
             reason: RejectReason::DeadlinePassed { overdue_ms, .. },
             ..
-        })) => {
+        }) => {
             assert_eq!(overdue_ms, 0)
         }
         other => panic!("expected a deadline rejection, got {other:?}"),

@@ -10,7 +10,7 @@ use super::room::DecodeRoomView;
 use super::{PoolRole, Scheduler};
 use crate::ids::RankId;
 use crate::ledger::{BookResult, Booking, GateClosed};
-use crate::queue::RejectReason as QueueReject;
+use crate::queue::EnqueueRefusal;
 use crate::time::Timestamp;
 use std::time::Duration;
 
@@ -76,7 +76,7 @@ impl Scheduler {
             }
             Err(rejection) => {
                 let reason = match rejection.reason {
-                    QueueReject::LimitReached {
+                    EnqueueRefusal::LimitReached {
                         kind,
                         current,
                         limit,
@@ -85,11 +85,11 @@ impl Scheduler {
                         current,
                         limit,
                     },
-                    QueueReject::Expired { stage, overdue } => RejectReason::DeadlinePassed {
+                    EnqueueRefusal::Expired { stage, overdue } => RejectReason::DeadlinePassed {
                         stage,
                         overdue_ms: millis(overdue),
                     },
-                    QueueReject::UnknownClass { .. } => RejectReason::UnknownClass,
+                    EnqueueRefusal::UnknownClass { .. } => RejectReason::UnknownClass,
                 };
                 self.reject(&rejection.payload, reason)
             }

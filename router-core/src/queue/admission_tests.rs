@@ -15,7 +15,7 @@ fn admission_rejects_requests_already_late() {
             .expect_err("late");
         assert_eq!(rej.payload, 7);
         let stage = ExpiryStage::Admission;
-        let expected = RejectReason::Expired {
+        let expected = EnqueueRefusal::Expired {
             stage,
             overdue: Duration::from_micros(overdue),
         };
@@ -36,7 +36,7 @@ fn limited(requests: Option<u64>, tokens: Option<u64>) -> ClassQueues<u32> {
 
 fn limit_hit(rej: EnqueueRejection<u32>) -> (LimitKind, u64, u64) {
     match rej.reason {
-        RejectReason::LimitReached {
+        EnqueueRefusal::LimitReached {
             kind,
             current,
             limit,
@@ -126,7 +126,7 @@ fn unknown_class_and_bad_specs_are_refused() {
         .expect_err("unknown");
     assert_eq!(
         rej.reason,
-        RejectReason::UnknownClass {
+        EnqueueRefusal::UnknownClass {
             class: ClassId(3),
             classes: 1
         }

@@ -23,8 +23,8 @@ mod props;
 mod tests;
 
 pub use types::{
-    ClassSnapshot, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop,
-    QueueClassSpec, QueueConfigError, QueueSnapshot, QueueTicket, QueuedRef, RejectReason,
+    ClassSnapshot, Dequeued, EnqueueRefusal, EnqueueRejection, Expired, ExpiryStage, LimitKind,
+    Pop, QueueClassSpec, QueueConfigError, QueueSnapshot, QueueTicket, QueuedRef,
 };
 
 use crate::ids::ClassId;
@@ -120,7 +120,7 @@ impl<T> ClassQueues<T> {
     ) -> Result<QueueTicket, EnqueueRejection<T>> {
         let classes = self.classes.len();
         let Some(queue) = self.classes.get_mut(class.index()) else {
-            let reason = RejectReason::UnknownClass { class, classes };
+            let reason = EnqueueRefusal::UnknownClass { class, classes };
             return Err(EnqueueRejection {
                 class,
                 payload,
@@ -130,7 +130,7 @@ impl<T> ClassQueues<T> {
         let deadline = arrival + queue.spec.slo;
         if now >= deadline {
             let overdue = now.saturating_since(deadline);
-            let reason = RejectReason::Expired {
+            let reason = EnqueueRefusal::Expired {
                 stage: ExpiryStage::Admission,
                 overdue,
             };
@@ -159,7 +159,7 @@ impl<T> ClassQueues<T> {
             };
             let limit = per_worker.saturating_mul(workers);
             if current >= u128::from(limit) {
-                let reason = RejectReason::LimitReached {
+                let reason = EnqueueRefusal::LimitReached {
                     kind,
                     current: saturate(current),
                     limit,

@@ -68,10 +68,12 @@ pub enum LimitKind {
     Tokens,
 }
 
-/// Why [`ClassQueues::enqueue`](super::ClassQueues::enqueue) refused a request.
+/// Why [`ClassQueues::enqueue`](super::ClassQueues::enqueue) refused an entry: a fact about
+/// the queue that the scheduler turns into the request's
+/// [`RejectReason`](crate::admission::RejectReason), the one reason type callers see.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "reason", rename_all = "snake_case")]
-pub enum RejectReason {
+pub enum EnqueueRefusal {
     #[error("class {class:?} does not exist ({classes} classes configured)")]
     UnknownClass { class: ClassId, classes: usize },
     #[error("deadline passed {overdue:?} ago at {stage:?}")]
@@ -92,7 +94,7 @@ pub enum RejectReason {
 pub struct EnqueueRejection<T> {
     pub class: ClassId,
     pub payload: T,
-    pub reason: RejectReason,
+    pub reason: EnqueueRefusal,
 }
 
 /// An entry that left the queue to be dispatched (or because its caller went away).

@@ -1,15 +1,15 @@
 //! The pool router: the one call the actor layer drives per request. It hashes the prompt
 //! (or takes precomputed hashes), looks its prefix up in the KV index (event-fed, or the
-//! approximate index learned from this router's own placements), resolves the policy class,
-//! builds the admission request and hands it to the scheduler; and it forwards worker
-//! changes, KV events, first tokens and releases.
+//! approximate index learned from this router's own placements), builds the admission
+//! request for the class the caller resolved and hands it to the scheduler; and it forwards
+//! worker changes, KV events, first tokens and releases.
 
 mod request;
 
 #[cfg(test)]
 mod tests;
 
-pub use request::{Prompt, RouteError, RouteRequest};
+pub use request::{Prompt, RouteRequest};
 
 use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, SchedulerConfig};
 use crate::hashing::{SequenceHash, token_sequence_hashes};
@@ -132,14 +132,17 @@ impl PoolRouter {
         }
     }
 
-    /// Hashes, looks up, resolves the class and offers the request to the scheduler.
+    /// Hashes, looks up and offers the request to the scheduler. `arrival` is when the
+    /// request reached the router (its class deadline counts from then); `now` is the time of
+    /// this call. A class id outside the profile is rejected as `UnknownClass`.
     pub fn route(
         &mut self,
         request: RouteRequest,
+        arrival: Timestamp,
         now: Timestamp,
         room: Option<&dyn DecodeRoomView>,
-    ) -> Result<Outcome, RouteError> {
-        let class = self.scheduler.profile().resolve(request.class.as_deref())?;
+    ) -> Outcome {
+        debug_assert!(arrival <= now, "a request cannot arrive after it is routed");
         let namespace = request.namespace();
         let (hashes, prompt_tokens) = match request.prompt {
             Prompt::Tokens(tokens) => (
@@ -157,7 +160,7 @@ impl PoolRouter {
         let overlap = self.overlap(&hashes, now);
         let best = overlap.best().map_or(0, |(_, depth)| u64::from(depth));
         let mut admission =
-            AdmissionRequest::new(request.id, class, request.phase, request.arrival);
+            AdmissionRequest::new(request.id, request.class, request.phase, arrival);
         admission.block_hashes = hashes.iter().map(|h| h.0).collect();
         admission.prompt_tokens = prompt_tokens;
         admission.cached_tokens = (best * u64::from(self.block_size)).min(prompt_tokens);
@@ -171,7 +174,7 @@ impl PoolRouter {
         admission.do_not_queue = request.do_not_queue;
         let outcome = self.scheduler.arrive(admission, now, room);
         self.learn(&outcome, hashes, now);
-        Ok(outcome)
+        outcome
     }
 
     /// Admits queued requests whose gates opened (after a release, a first token, a peer's

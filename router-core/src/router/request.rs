@@ -1,11 +1,10 @@
-//! What a frontend hands the pool router for one request, and the errors that are the
-//! caller's fault (an unknown class is a 400, never a silent fallback).
+//! What a frontend hands the pool router for one request. The class is already resolved
+//! (the frontend resolves it once, before any hop); the arrival time is stamped by whoever
+//! delivers the request (the actor handle), so it is not part of the request.
 
 use crate::admission::Phase;
 use crate::eligibility::Eligibility;
-use crate::ids::{RankId, RequestId};
-use crate::policy::UnknownClass;
-use crate::time::Timestamp;
+use crate::ids::{ClassId, RankId, RequestId};
 use serde::{Deserialize, Serialize};
 
 /// The prompt as token ids, or as precomputed chained block hashes.
@@ -22,8 +21,8 @@ pub enum Prompt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RouteRequest {
     pub id: RequestId,
-    /// The class name from the request (header); `None` or empty: the default class.
-    pub class: Option<String>,
+    /// The policy class, resolved by the caller (`PolicyProfile::resolve`).
+    pub class: ClassId,
     pub phase: Phase,
     pub prompt: Prompt,
     /// LoRA adapter: narrows eligible workers and namespaces the block hashes.
@@ -36,14 +35,13 @@ pub struct RouteRequest {
     pub eligibility: Eligibility,
     pub preferred: Option<RankId>,
     pub do_not_queue: bool,
-    pub arrival: Timestamp,
 }
 
 impl RouteRequest {
-    pub fn new(id: RequestId, phase: Phase, prompt: Prompt, arrival: Timestamp) -> Self {
+    pub fn new(id: RequestId, class: ClassId, phase: Phase, prompt: Prompt) -> Self {
         Self {
             id,
-            class: None,
+            class,
             phase,
             prompt,
             lora: None,
@@ -52,7 +50,6 @@ impl RouteRequest {
             eligibility: Eligibility::default(),
             preferred: None,
             do_not_queue: false,
-            arrival,
         }
     }
 
@@ -67,10 +64,4 @@ impl RouteRequest {
             )),
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-pub enum RouteError {
-    #[error(transparent)]
-    UnknownClass(#[from] UnknownClass),
 }

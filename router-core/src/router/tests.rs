@@ -3,7 +3,7 @@
 use super::*;
 use crate::admission::{Phase, PoolRole, RejectReason};
 use crate::hashing::local_block_hashes;
-use crate::ids::{RankId, RouterId};
+use crate::ids::{ClassId, RankId, RouterId};
 use crate::index::{ExternalHash, KvEventData, StoredBlock};
 use std::time::Duration;
 use uuid::Uuid;
@@ -59,12 +59,12 @@ fn stored(worker: u64, tokens: &[u32], namespace: Option<&str>) -> KvEvent {
 fn route(r: &mut PoolRouter, id: u128, prompt: Vec<u32>, lora: Option<&str>) -> Outcome {
     let mut req = RouteRequest::new(
         RequestId::from_u128(id),
+        ClassId(0),
         Phase::Aggregated,
         Prompt::Tokens(prompt),
-        Timestamp(0),
     );
     req.lora = lora.map(str::to_owned);
-    r.route(req, Timestamp(0), None).expect("known class")
+    r.route(req, Timestamp(0), Timestamp(0), None)
 }
 
 #[test]
@@ -89,17 +89,16 @@ fn an_adapter_does_not_reuse_the_base_model_prefix() {
 }
 
 #[test]
-fn an_unknown_class_is_an_error_not_a_fallback() {
+fn a_class_outside_the_profile_is_rejected_not_a_fallback() {
     let mut r = router(PrefixMode::Events);
-    let mut req = RouteRequest::new(
+    let req = RouteRequest::new(
         RequestId::from_u128(1),
+        ClassId(7),
         Phase::Aggregated,
         Prompt::Tokens(tokens(1, 32)),
-        Timestamp(0),
     );
-    req.class = Some("gold".into());
-    let err = r.route(req, Timestamp(0), None).expect_err("unknown class");
-    assert!(err.to_string().contains("gold"), "{err}");
+    let out = r.route(req, Timestamp(0), Timestamp(0), None);
+    assert_eq!(out.rejection(), Some(&RejectReason::UnknownClass));
     assert_eq!(r.ledger().booking_count(), 0);
 }
 

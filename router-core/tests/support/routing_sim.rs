@@ -36,7 +36,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use router_core::hashing::sequence_hashes;
 use router_core::{
-    EventStatus, ExternalHash, KvEvent, KvEventData, LocalBlockHash, Phase, PolicyProfile,
+    ClassId, EventStatus, ExternalHash, KvEvent, KvEventData, LocalBlockHash, Phase, PolicyProfile,
     PoolRole, PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RankId, RequestId, RouteRequest,
     RouterId, SchedulerConfig, SelectionConfig, StoredBlock, Timestamp, WorkerId, WorkerSpec,
 };
@@ -514,19 +514,16 @@ pub fn simulate(trace: &[TraceRequest], config: &SimConfig, policy: Policy) -> S
         };
         let mut route = RouteRequest::new(
             RequestId::from_u128(i as u128 + 1),
+            ClassId(0),
             Phase::Aggregated,
             Prompt::Hashes {
                 block_hashes: seqs.iter().map(|s| s.0).collect(),
                 prompt_tokens: request.input_length,
             },
-            Timestamp(now),
         );
         route.expected_output_tokens = request.output_length;
         route.eligibility.pinned = pinned;
-        let outcome = match router.route(route, Timestamp(now), None) {
-            Ok(outcome) => outcome,
-            Err(e) => unreachable!("the fallback profile resolves every class: {e}"),
-        };
+        let outcome = router.route(route, Timestamp(now), Timestamp(now), None);
         let Some(rank) = outcome.admitted().map(|a| a.rank) else {
             report.not_admitted += 1;
             continue;

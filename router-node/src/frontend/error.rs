@@ -142,6 +142,20 @@ impl ApiError {
             .class(Some(class))
     }
 
+    /// A failed route call: the scheduler's refusal under its reason, a class id the router
+    /// does not know (the frontend's profile and the router's differ: our bug), or a router
+    /// that is gone.
+    pub fn from_route(error: &router_actors::RouteError, class: &str) -> Self {
+        use router_actors::RouteError;
+        match error {
+            RouteError::Rejected { reason, .. } => Self::rejected(reason, class.to_owned()),
+            RouteError::UnknownClass(_) => {
+                Self::internal("unknown_class", error.to_string()).class(Some(class.to_owned()))
+            }
+            RouteError::Unavailable => Self::router_gone().class(Some(class.to_owned())),
+        }
+    }
+
     /// Too many requests in progress at this node.
     pub fn saturated(limit: usize) -> Self {
         Self::new(

@@ -7,6 +7,7 @@
 //! counted under its class and reason.
 
 use super::AppState;
+use super::admit::{Class, admit, route_request};
 use super::error::ApiError;
 use super::openai::Endpoint;
 use super::proxy::{BookingGuard, forward};
@@ -16,7 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use router_core::{Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp};
+use router_core::{Phase, RequestId};
 use serde_json::json;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -68,41 +69,49 @@ async fn handle_openai(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let requested = match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
-        None => None,
-        Some(Ok("")) => None,
-        Some(Ok(v)) => Some(v.to_owned()),
-        Some(Err(_)) => {
+    let class = match resolve_class(&state, &headers) {
+        Ok(class) => class,
+        Err(err) => {
             state.metrics.request(endpoint.label(), "unknown");
-            state.metrics.rejection("unknown", "invalid_header");
-            return ApiError::bad_header(CLASS_HEADER, "must be visible ASCII").into_response();
+            state.metrics.rejection("unknown", err.reason);
+            return err.into_response();
         }
     };
-    // Same profile as the router's: a bounded label, and the name errors carry.
-    let class = match state.profile.resolve(requested.as_deref()) {
-        Ok(id) => state.class_name(id),
-        Err(_) => "unknown".to_owned(),
-    };
-    tracing::Span::current().record("class", class.as_str());
-    state.metrics.request(endpoint.label(), &class);
+    tracing::Span::current().record("class", class.name.as_str());
+    state.metrics.request(endpoint.label(), &class.name);
     let outcome = match state.permits.clone().try_acquire_owned() {
-        Ok(permit) => {
-            admit_and_forward(&state, endpoint, &headers, body, requested, &class, permit).await
-        }
+        Ok(permit) => admit_and_forward(&state, endpoint, &headers, body, &class, permit).await,
         Err(_) => Err(ApiError::saturated(state.limits.max_concurrent_requests)),
     };
-    match outcome {
-        Ok(response) => response,
-        Err(err) => {
-            let err = if err.class.is_none() {
-                err.class(Some(class.clone()))
-            } else {
-                err
-            };
-            state.metrics.rejection(&class, err.reason);
-            err.into_response()
+    outcome.unwrap_or_else(|err| {
+        let err = if err.class.is_none() {
+            err.class(Some(class.name.clone()))
+        } else {
+            err
+        };
+        state.metrics.rejection(&class.name, err.reason);
+        err.into_response()
+    })
+}
+
+/// The request's class, once for every hop: the `x-policy-class` header, else the profile's
+/// default; an unknown name or an unreadable header is a 400.
+fn resolve_class(state: &AppState, headers: &HeaderMap) -> Result<Class, ApiError> {
+    let requested = match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
+        None | Some(Ok("")) => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(_)) => {
+            return Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII"));
         }
-    }
+    };
+    let id = state
+        .profile
+        .resolve(requested)
+        .map_err(|e| ApiError::unknown_class(&e))?;
+    Ok(Class {
+        id,
+        name: state.class_name(id),
+    })
 }
 
 async fn admit_and_forward(
@@ -110,8 +119,7 @@ async fn admit_and_forward(
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: Body,
-    requested: Option<String>,
-    class: &str,
+    class: &Class,
     permit: OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
@@ -122,7 +130,6 @@ async fn admit_and_forward(
         let d = super::disagg::Disagg {
             request,
             tokens,
-            requested,
             class,
             headers,
             permit,
@@ -130,79 +137,27 @@ async fn admit_and_forward(
         return super::disagg::admit_and_forward(state, decode, d).await;
     }
     let id = RequestId(uuid::Uuid::now_v7());
-    let mut route = RouteRequest::new(id, Phase::Aggregated, Prompt::Tokens(tokens), Timestamp(0));
-    route.class = requested;
-    route.expected_output_tokens = request
-        .max_tokens
-        .unwrap_or(state.limits.default_max_tokens)
-        .min(state.limits.max_expected_output_tokens);
-    let started = tokio::time::Instant::now();
-    let admission_span = tracing::info_span!(
-        "router.admission",
-        class = class,
-        outcome = tracing::field::Empty,
+    let route = route_request(
+        state,
+        id,
+        class,
+        Phase::Aggregated,
+        tokens,
+        request.max_tokens,
     );
-    let routed = state
-        .router
-        .route(route)
-        .instrument(admission_span.clone())
-        .await;
-    admission_span.record("outcome", outcome_label(&routed));
-    match routed {
-        Err(_gone) => Err(ApiError::router_gone()),
-        Ok(Err(RouteError::UnknownClass(e))) => Err(ApiError::unknown_class(&e)),
-        Ok(Ok(Outcome::Admitted(admission))) => {
-            // The router's choice, as a child of the admission. `overlap` stays empty: the
-            // admission outcome does not carry the matched prefix depth yet.
-            drop(tracing::info_span!(
-                parent: &admission_span,
-                "router.selection",
-                worker = admission.rank.worker.0,
-                dp_rank = admission.rank.dp_rank,
-                overlap = tracing::field::Empty,
-            ));
-            drop(admission_span);
-            let guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone())
-                .with_permit(permit);
-            state
-                .metrics
-                .admitted(class, started.elapsed(), admission.waited);
-            forward(
-                state,
-                &request,
-                admission.rank.worker,
-                headers,
-                class,
-                guard,
-            )
-            .await
-        }
-        Ok(Ok(Outcome::Rejected {
-            class: cid, reason, ..
-        })) => {
-            state.metrics.admission_latency(class, started.elapsed());
-            Err(ApiError::rejected(&reason, state.class_name(cid)))
-        }
-        Ok(Ok(Outcome::Queued { .. })) => {
-            // `route` answers only admitted or rejected; never leave a queued one behind.
-            let _ = state.router.cancel(id);
-            Err(ApiError::internal(
-                "unexpected_queued",
-                "the router answered `queued` to a route call",
-            ))
-        }
-    }
-}
-
-/// The `outcome` attribute of a `router.admission` span.
-fn outcome_label<E>(routed: &Result<Result<Outcome, RouteError>, E>) -> &'static str {
-    match routed {
-        Err(_) => "router_gone",
-        Ok(Err(_)) => "unknown_class",
-        Ok(Ok(Outcome::Admitted(_))) => "admitted",
-        Ok(Ok(Outcome::Rejected { .. })) => "rejected",
-        Ok(Ok(Outcome::Queued { .. })) => "queued",
-    }
+    let admission = admit(state, &state.router, class, route).await?;
+    // No await between the admission and the guard: a dropped handler never leaks a booking.
+    let guard =
+        BookingGuard::new(state.router.clone(), id, state.metrics.clone()).with_permit(permit);
+    forward(
+        state,
+        &request,
+        admission.rank.worker,
+        headers,
+        &class.name,
+        guard,
+    )
+    .await
 }
 
 /// The request body, at most `limit` bytes (checked against `Content-Length` first, then

@@ -16,6 +16,7 @@
 //! `proxy.rs`, `disagg.rs`, `error.rs`, `metrics.rs` and `metrics_node.rs` (the node's
 //! families), `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering), `chat_template.rs`.
 
+mod admit;
 mod chat_template;
 mod disagg;
 mod error;

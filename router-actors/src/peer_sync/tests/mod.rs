@@ -26,8 +26,7 @@ use crate::clock::Clock;
 use crate::router::{OwnDelta, OwnState, RouterActor, RouterArgs};
 use router_core::admission::{Phase, SchedulerConfig};
 use router_core::{
-    Outcome, PolicyProfile, PoolRouterConfig, PrefixMode, Prompt, RequestId, RouteRequest,
-    Timestamp, WorkerSpec,
+    PolicyProfile, PoolRouterConfig, PrefixMode, Prompt, RequestId, RouteRequest, WorkerSpec,
 };
 use uuid::Uuid;
 
@@ -192,10 +191,14 @@ impl Node {
         self.next += 1;
         let id = RequestId::from_u128((self.id.0.as_u128() << 64) | self.next);
         let tokens = (0..blocks * 16).map(|t| seed * 100_000 + t).collect();
-        let request =
-            RouteRequest::new(id, Phase::Aggregated, Prompt::Tokens(tokens), Timestamp(0));
+        let request = RouteRequest::new(
+            id,
+            router_core::ClassId(0),
+            Phase::Aggregated,
+            Prompt::Tokens(tokens),
+        );
         match self.router.route(request).await {
-            Ok(Ok(Outcome::Admitted(_))) => id,
+            Ok(_) => id,
             other => panic!("expected an admission, got {other:?}"),
         }
     }

@@ -52,24 +52,20 @@
 //!    decode leg drops the prefill leg's request. Either way both bookings and the
 //!    reservation are released, as they are when the client goes away.
 
+mod sglang;
+
 use super::AppState;
+use super::admit::{Class, admit, route_request};
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
 use super::proxy::{BookingGuard, forward, upstream_status};
-use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use router_actors::RouterHandle;
-use router_actors::router::ActorGone;
-use router_core::{
-    Admission, Outcome, Phase, Prompt, RequestId, RouteError, RouteRequest, Timestamp, WorkerId,
-};
+use router_core::{Phase, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use tokio::sync::OwnedSemaphorePermit;
 
 /// How the prefill and decode legs of a disaggregated request meet (`[disagg] convention`).
@@ -90,17 +86,15 @@ const KV_TRANSFER: &str = "kv_transfer_params";
 pub(super) struct Disagg<'a> {
     pub request: ParsedRequest,
     pub tokens: Vec<u32>,
-    /// The class name from the header (`None`: the default class).
-    pub requested: Option<String>,
-    /// The resolved class name (metric label).
-    pub class: &'a str,
+    /// The class resolved at the frontend: both legs run under it.
+    pub class: &'a Class,
     pub headers: &'a HeaderMap,
     pub permit: OwnedSemaphorePermit,
 }
 
 /// The prefill leg's holdings until the decode leg is booked: the prefill booking and the
 /// decode reservation taken at prefill admission. Dropping it releases both.
-struct PrefillHold {
+pub(super) struct PrefillHold {
     booking: Option<BookingGuard>,
     decode: RouterHandle,
     id: RequestId,
@@ -109,14 +103,14 @@ struct PrefillHold {
 
 impl PrefillHold {
     /// The KV is staged: the prefill booking ends (`prefill_done`, then `release`).
-    fn staged(&mut self) {
+    pub(super) fn staged(&mut self) {
         if let Some(mut booking) = self.booking.take() {
             booking.prefill_done();
         }
     }
 
     /// The decode booking took the reservation over.
-    fn converted(&mut self) {
+    pub(super) fn converted(&mut self) {
         self.reserved = false;
     }
 }
@@ -138,12 +132,13 @@ pub(super) async fn admit_and_forward(
     d: Disagg<'_>,
 ) -> Result<Response, ApiError> {
     let id = RequestId(uuid::Uuid::now_v7());
-    let started = tokio::time::Instant::now();
-    let outcome = state
-        .router
-        .route(route_request(state, &d, id, Phase::Prefill))
-        .await;
-    let admission = admitted(state, &state.router, id, outcome)?;
+    let admission = admit(
+        state,
+        &state.router,
+        d.class,
+        leg(state, &d, id, Phase::Prefill),
+    )
+    .await?;
     // No await between the admission and the hold: a dropped handler cannot leak either.
     let mut hold = PrefillHold {
         booking: Some(BookingGuard::new(
@@ -155,19 +150,14 @@ pub(super) async fn admit_and_forward(
         id,
         reserved: true,
     };
-    state
-        .metrics
-        .admitted(d.class, started.elapsed(), admission.waited);
     if state.convention == DisaggConvention::Sglang {
-        return sglang_legs(state, decode, d, id, admission.rank.worker, hold).await;
+        return sglang::legs(state, decode, d, id, admission.rank.worker, hold).await;
     }
     let params = prefill_leg(state, &d.request, admission.rank.worker, d.headers).await?;
     hold.staged();
 
-    let outcome = decode
-        .route(route_request(state, &d, id, Phase::Decode { staged: true }))
-        .await;
-    let admission = admitted(state, decode, id, outcome)?;
+    let staged = leg(state, &d, id, Phase::Decode { staged: true });
+    let admission = admit(state, decode, d.class, staged).await?;
     hold.converted();
     let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(d.permit);
     drop(hold);
@@ -178,48 +168,22 @@ pub(super) async fn admit_and_forward(
         &request,
         admission.rank.worker,
         d.headers,
-        d.class,
+        &d.class.name,
         guard,
     )
     .await
 }
 
-/// The route call of one leg.
-fn route_request(state: &AppState, d: &Disagg<'_>, id: RequestId, phase: Phase) -> RouteRequest {
-    let mut route = RouteRequest::new(id, phase, Prompt::Tokens(d.tokens.clone()), Timestamp(0));
-    route.class = d.requested.clone();
-    route.expected_output_tokens = d
-        .request
-        .max_tokens
-        .unwrap_or(state.limits.default_max_tokens)
-        .min(state.limits.max_expected_output_tokens);
-    route
-}
-
-/// The admission of a route call, or its error answer (the same mapping as the aggregated
-/// path).
-fn admitted(
-    state: &AppState,
-    router: &RouterHandle,
-    id: RequestId,
-    outcome: Result<Result<Outcome, RouteError>, ActorGone>,
-) -> Result<Admission, ApiError> {
-    match outcome {
-        Err(_gone) => Err(ApiError::router_gone()),
-        Ok(Err(RouteError::UnknownClass(e))) => Err(ApiError::unknown_class(&e)),
-        Ok(Ok(Outcome::Admitted(admission))) => Ok(admission),
-        Ok(Ok(Outcome::Rejected {
-            class: cid, reason, ..
-        })) => Err(ApiError::rejected(&reason, state.class_name(cid))),
-        Ok(Ok(Outcome::Queued { .. })) => {
-            // `route` answers only admitted or rejected; never leave a queued one behind.
-            let _ = router.cancel(id);
-            Err(ApiError::internal(
-                "unexpected_queued",
-                "the router answered `queued` to a route call",
-            ))
-        }
-    }
+/// The route call of one leg: the same id, class and prompt on both.
+fn leg(state: &AppState, d: &Disagg<'_>, id: RequestId, phase: Phase) -> RouteRequest {
+    route_request(
+        state,
+        id,
+        d.class,
+        phase,
+        d.tokens.clone(),
+        d.request.max_tokens,
+    )
 }
 
 /// The prefill worker's body: the client's, non-streaming, one output token, asking the
@@ -231,7 +195,7 @@ fn prefill_body(request: &ParsedRequest) -> Vec<u8> {
 }
 
 /// The client's body, non-streaming, one output token.
-fn one_token_body(request: &ParsedRequest) -> Map<String, Value> {
+pub(super) fn one_token_body(request: &ParsedRequest) -> Map<String, Value> {
     let mut body = request.body.clone();
     body.insert("stream".to_owned(), Value::Bool(false));
     body.remove("stream_options");
@@ -267,7 +231,7 @@ async fn prefill_leg(
 }
 
 /// The prefill leg's HTTP call to `worker` with `body`.
-fn prefill_call(
+pub(super) fn prefill_call(
     state: &AppState,
     request: &ParsedRequest,
     worker: WorkerId,
@@ -294,7 +258,7 @@ fn prefill_call(
 }
 
 /// Sends the prefill leg and reads its (2xx) answer, at most `limit` bytes.
-async fn prefill_answer(
+pub(super) async fn prefill_answer(
     call: reqwest::RequestBuilder,
     worker: WorkerId,
     limit: usize,
@@ -336,168 +300,6 @@ async fn prefill_answer(
     Ok(body)
 }
 
-/// The SGLang convention: books the decode leg right after the prefill admission, then runs
-/// both legs at once (see the module doc).
-async fn sglang_legs(
-    state: &AppState,
-    decode: &RouterHandle,
-    d: Disagg<'_>,
-    id: RequestId,
-    prefill_worker: WorkerId,
-    mut hold: PrefillHold,
-) -> Result<Response, ApiError> {
-    let outcome = decode
-        .route(route_request(state, &d, id, Phase::Decode { staged: true }))
-        .await;
-    let admission = admitted(state, decode, id, outcome)?;
-    hold.converted();
-    let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(d.permit);
-    let (host, port) = bootstrap_address(state, prefill_worker)?;
-    let room = uuid::Uuid::new_v4().as_u64_pair().0;
-    let mut request = d.request;
-    request.body.extend(bootstrap_fields(&host, port, room));
-    let call = prefill_call(
-        state,
-        &request,
-        prefill_worker,
-        d.headers,
-        sglang_prefill_body(&request),
-    )?;
-    let mut prefill: PrefillFuture = Box::pin(prefill_answer(
-        call,
-        prefill_worker,
-        state.limits.max_response_bytes,
-    ));
-    let decode_leg = forward(
-        state,
-        &request,
-        admission.rank.worker,
-        d.headers,
-        d.class,
-        guard,
-    );
-    tokio::pin!(decode_leg);
-    tokio::select! {
-        answer = &mut prefill => {
-            // A failure drops the decode leg (its guard releases the decode booking) and
-            // the hold (the prefill booking).
-            answer?;
-            hold.staged();
-            drop(hold);
-            decode_leg.await
-        }
-        response = &mut decode_leg => {
-            // A failure drops the prefill leg's request and the hold.
-            let response = response?;
-            Ok(with_prefill(response, prefill, hold))
-        }
-    }
-}
-
-/// The three SGLang fields both legs carry.
-fn bootstrap_fields(host: &str, port: u16, room: u64) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("bootstrap_host".to_owned(), json!(host));
-    fields.insert("bootstrap_port".to_owned(), json!(port));
-    fields.insert("bootstrap_room".to_owned(), json!(room));
-    fields
-}
-
-/// The prefill worker's body under the SGLang convention (`request` carries the bootstrap
-/// fields already).
-fn sglang_prefill_body(request: &ParsedRequest) -> Vec<u8> {
-    serde_json::to_vec(&Value::Object(one_token_body(request))).unwrap_or_default()
-}
-
-/// The host and port of `worker`'s endpoint.
-fn bootstrap_address(state: &AppState, worker: WorkerId) -> Result<(String, u16), ApiError> {
-    let base = state
-        .directory
-        .endpoint(worker)
-        .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let bad = |why: &str| {
-        ApiError::upstream(
-            Stage::Dispatch,
-            "prefill_bad_endpoint",
-            format!("prefill {worker}: endpoint {base:?} {why}"),
-        )
-    };
-    let url = reqwest::Url::parse(&base).map_err(|_| bad("is not a URL"))?;
-    let host = url
-        .host_str()
-        .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad("has no host"))?;
-    let port = url
-        .port_or_known_default()
-        .ok_or_else(|| bad("has no port"))?;
-    Ok((host, port))
-}
-
-/// The prefill leg in flight (owns everything it needs).
-type PrefillFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, ApiError>> + Send>>;
-
-/// The decode leg's response, whose body also drives the still unanswered prefill leg: its
-/// answer ends the prefill booking, its failure cuts the stream.
-fn with_prefill(response: Response, prefill: PrefillFuture, hold: PrefillHold) -> Response {
-    let (parts, body) = response.into_parts();
-    let watched = PrefillWatch {
-        inner: Some(body.into_data_stream()),
-        prefill: Some(prefill),
-        hold: Some(hold),
-    };
-    Response::from_parts(parts, Body::from_stream(watched))
-}
-
-/// See [`with_prefill`].
-struct PrefillWatch {
-    inner: Option<axum::body::BodyDataStream>,
-    prefill: Option<PrefillFuture>,
-    hold: Option<PrefillHold>,
-}
-
-impl Stream for PrefillWatch {
-    type Item = Result<Bytes, axum::Error>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if let Some(prefill) = this.prefill.as_mut()
-            && let Poll::Ready(answer) = prefill.as_mut().poll(cx)
-        {
-            this.prefill = None;
-            match answer {
-                Ok(_) => {
-                    if let Some(mut hold) = this.hold.take() {
-                        hold.staged();
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(reason = e.reason, error = %e.message, "the prefill leg failed mid-stream");
-                    // Dropping the decode stream releases its booking.
-                    this.inner = None;
-                    this.hold = None;
-                    return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::other(
-                        e.message,
-                    )))));
-                }
-            }
-        }
-        let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match inner.poll_next_unpin(cx) {
-            Poll::Ready(None) => {
-                // The decode leg is done: its KV came over, the prefill answer is moot.
-                this.inner = None;
-                this.prefill = None;
-                this.hold = None;
-                Poll::Ready(None)
-            }
-            other => other,
-        }
-    }
-}
-
 /// The `kv_transfer_params` of a prefill worker's JSON answer: an object with
 /// `do_remote_prefill: true`.
 fn transfer_params(body: &[u8]) -> Result<Value, String> {
@@ -533,25 +335,6 @@ mod tests {
         assert_eq!(body["x"], 1);
         assert!(body.get("stream_options").is_none());
         assert_eq!(body[KV_TRANSFER], json!({"do_remote_decode": true}));
-    }
-
-    #[test]
-    fn the_sglang_prefill_body_carries_the_bootstrap_fields_and_asks_for_one_token() {
-        let mut request = ParsedRequest::parse(
-            Endpoint::Completions,
-            br#"{"model":"m","prompt":"hi","stream":true,"max_tokens":50}"#,
-        )
-        .expect("valid");
-        request
-            .body
-            .extend(bootstrap_fields("10.0.0.7", 8001, u64::MAX));
-        let body: Value = serde_json::from_slice(&sglang_prefill_body(&request)).expect("json");
-        assert_eq!(body["stream"], false);
-        assert_eq!(body["max_tokens"], 1);
-        assert_eq!(body["bootstrap_host"], "10.0.0.7");
-        assert_eq!(body["bootstrap_port"], 8001);
-        assert_eq!(body["bootstrap_room"], u64::MAX);
-        assert!(body.get(KV_TRANSFER).is_none());
     }
 
     #[test]

@@ -1,0 +1,102 @@
+//! Admission through a router actor, shared by the aggregated path and both legs of the
+//! disaggregated one: the route call of a request under the class the frontend resolved,
+//! its `router.admission` span, the admission metrics, and the failure as the client's
+//! [`ApiError`].
+
+use super::AppState;
+use super::error::ApiError;
+use router_actors::{RouteError, RouterHandle};
+use router_core::{Admission, ClassId, Phase, Prompt, RequestId, RouteRequest};
+use tracing::Instrument as _;
+
+/// A request's policy class, resolved once at the frontend before any hop: the id every
+/// router call carries and the name metrics, spans and errors use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Class {
+    pub id: ClassId,
+    pub name: String,
+}
+
+/// The route call of one request (or one leg) under `class`: its prompt tokens and its
+/// expected output (the client's `max_tokens`, else the default, capped).
+pub(super) fn route_request(
+    state: &AppState,
+    id: RequestId,
+    class: &Class,
+    phase: Phase,
+    tokens: Vec<u32>,
+    max_tokens: Option<u64>,
+) -> RouteRequest {
+    let mut route = RouteRequest::new(id, class.id, phase, Prompt::Tokens(tokens));
+    route.expected_output_tokens = max_tokens
+        .unwrap_or(state.limits.default_max_tokens)
+        .min(state.limits.max_expected_output_tokens);
+    route
+}
+
+/// Routes `route` through `router` and records the admission. The gate leg (aggregated or
+/// prefill) counts in the admission metrics; a staged decode leg, admitted upstream, does not
+/// count again.
+pub(super) async fn admit(
+    state: &AppState,
+    router: &RouterHandle,
+    class: &Class,
+    route: RouteRequest,
+) -> Result<Admission, ApiError> {
+    let gate = !matches!(route.phase, Phase::Decode { staged: true });
+    let started = tokio::time::Instant::now();
+    let span = tracing::info_span!(
+        "router.admission",
+        class = class.name.as_str(),
+        phase = phase_label(route.phase),
+        outcome = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    );
+    let routed = router.route(route).instrument(span.clone()).await;
+    match routed {
+        Ok(admission) => {
+            span.record("outcome", "admitted");
+            drop(tracing::info_span!(
+                parent: &span,
+                "router.selection",
+                worker = admission.rank.worker.0,
+                dp_rank = admission.rank.dp_rank,
+            ));
+            if gate {
+                state
+                    .metrics
+                    .admitted(&class.name, started.elapsed(), admission.waited);
+            }
+            Ok(admission)
+        }
+        Err(error) => {
+            let err = ApiError::from_route(&error, &class.name);
+            span.record("outcome", outcome_label(&error));
+            span.record("reason", err.reason);
+            if gate && matches!(error, RouteError::Rejected { .. }) {
+                state
+                    .metrics
+                    .admission_latency(&class.name, started.elapsed());
+            }
+            Err(err)
+        }
+    }
+}
+
+/// The `outcome` attribute of a failed `router.admission` span.
+fn outcome_label(error: &RouteError) -> &'static str {
+    match error {
+        RouteError::Rejected { .. } => "rejected",
+        RouteError::UnknownClass(_) => "unknown_class",
+        RouteError::Unavailable => "router_gone",
+    }
+}
+
+fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Aggregated => "aggregated",
+        Phase::Prefill => "prefill",
+        Phase::Decode { staged: true } => "decode_staged",
+        Phase::Decode { staged: false } => "decode",
+    }
+}
