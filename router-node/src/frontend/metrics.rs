@@ -1,8 +1,10 @@
 //! The frontend's Prometheus metrics (prometheus-client), served as text at `/metrics`.
 //!
 //! Label values are bounded: `class` is a configured class name (or `unknown` for a request
-//! whose class could not be resolved), `endpoint` is one of the two OpenAI routes and
-//! `reason` is a fixed label from `ApiError` / `RejectReason::label()`.
+//! that failed before it was classified: unreadable or refused class header, body, parse, a
+//! classifier's refusal), `rule` a configured classifier rule (or `none`), `endpoint` is one
+//! of the two OpenAI routes and `reason` is a fixed label from `ApiError` /
+//! `RejectReason::label()`.
 //!
 //! - `switchyard_http_requests_total{endpoint,class}`: requests that reached admission or
 //!   failed before it.
