@@ -72,17 +72,27 @@ async fn handle_openai(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (class, outcome) = match prepare(&state, endpoint, &headers, body).await {
-        Ok(prepared) => {
-            let class = prepared.class.clone();
-            (
-                Some(class),
-                admit_and_forward(&state, &headers, prepared).await,
-            )
-        }
+    let header = class_header(&headers).and_then(|requested| {
+        let known = known_class(&state, requested)?;
+        Ok((requested, known))
+    });
+    if let Ok((_, Some(class))) = &header {
+        tracing::Span::current().record("class", class.name.as_str());
+    }
+    let (class, outcome) = match header {
         Err(err) => (None, Err(err)),
+        Ok((requested, known)) => {
+            match prepare(&state, endpoint, &headers, body, requested).await {
+                Ok(prepared) => {
+                    let class = prepared.class.clone();
+                    let outcome = admit_and_forward(&state, &headers, prepared).await;
+                    (Some(class), outcome)
+                }
+                Err(err) => (known, Err(err)),
+            }
+        }
     };
-    // A request that failed before it was classified has no class: `unknown`.
+    // A request that failed before its class was known has none: `unknown`.
     let label = class.as_ref().map_or("unknown", |c| c.name.as_str());
     state.metrics.request(endpoint.label(), label);
     outcome.unwrap_or_else(|err| {
@@ -103,15 +113,15 @@ struct Prepared {
     permit: OwnedSemaphorePermit,
 }
 
-/// Everything before the first hop: the class header, a permit, the body under its limit,
-/// parsing and tokenizing, then the one classification (`classify`) every hop runs under.
+/// Everything before the first hop: a permit, the body under its limit, parsing and
+/// tokenizing, then the one classification (`classify`) every hop runs under.
 async fn prepare(
     state: &AppState,
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: Body,
+    requested: Option<&str>,
 ) -> Result<Prepared, ApiError> {
-    let requested = class_header(headers)?;
     let permit = state
         .permits
         .clone()
@@ -137,6 +147,22 @@ fn class_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
         Some(Ok(v)) => Ok(Some(v)),
         Some(Err(_)) => Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII")),
     }
+}
+
+/// Without classifiers the header alone decides the class, so it is known (and an unknown
+/// one refused) before the body is read; with classifiers it is known once classified.
+fn known_class(state: &AppState, requested: Option<&str>) -> Result<Option<Class>, ApiError> {
+    if !state.profile.classifiers().is_empty() {
+        return Ok(None);
+    }
+    let id = state
+        .profile
+        .resolve(requested)
+        .map_err(|e| ApiError::unknown_class(&e))?;
+    Ok(Some(Class {
+        id,
+        name: state.class_name(id),
+    }))
 }
 
 async fn admit_and_forward(

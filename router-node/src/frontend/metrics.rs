@@ -1,8 +1,8 @@
 //! The frontend's Prometheus metrics (prometheus-client), served as text at `/metrics`.
 //!
 //! Label values are bounded: `class` is a configured class name (or `unknown` for a request
-//! that failed before it was classified: unreadable or refused class header, body, parse, a
-//! classifier's refusal), `rule` a configured classifier rule (or `none`), `endpoint` is one
+//! that failed before its class was known: an unreadable or unknown class header and, with
+//! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or `none`), `endpoint` is one
 //! of the two OpenAI routes and `reason` is a fixed label from `ApiError` /
 //! `RejectReason::label()`.
 //!
