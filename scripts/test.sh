@@ -16,6 +16,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== router-core stays pure (scripts/check-core-purity.sh)"
+./scripts/check-core-purity.sh
+
 echo "== nats-server for the NATS bus tests (scripts/install-nats.sh)"
 ./scripts/install-nats.sh
 NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"

@@ -18,6 +18,15 @@
 //! Run: `cargo bench -p router-core --bench index` (append `-- none` for the printed report
 //! alone, without criterion). `INDEX_BENCH_PROFILE=<events|lookups|mixed>:<workers>` repeats one
 //! phase for `INDEX_BENCH_SECS` (5) seconds for a profiler and skips everything else.
+//!
+//! The trace ships gzipped in `traces/` (see `traces/README.md`).
+
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark times itself, reads the trace file and its settings from the \
+              environment; router-core's own code does none of that"
+)]
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
@@ -46,19 +55,22 @@ struct TraceLine {
     hash_ids: Vec<u64>,
 }
 
+/// The shipped trace, from the crate's manifest directory.
+const TRACE: &str = "../traces/conversation_trace.jsonl.gz";
+
 fn trace_path() -> Option<PathBuf> {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR"));
-    ["../../shared", "../shared"]
-        .iter()
-        .map(|dir| {
-            base.join(dir)
-                .join("traces/mooncake/conversation_trace.jsonl")
-        })
-        .find(|p| p.is_file())
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(TRACE)).filter(|p| p.is_file())
 }
 
 fn load_trace(path: &Path) -> Vec<Vec<u64>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut text = String::new();
+    let read = std::fs::File::open(path).and_then(|file| {
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(file), &mut text)
+    });
+    if let Err(e) = read {
+        eprintln!("reading {}: {e}", path.display());
+        return Vec::new();
+    }
     text.lines()
         .filter_map(|l| serde_json::from_str::<TraceLine>(l).ok())
         .map(|l| l.hash_ids)
@@ -515,7 +527,7 @@ fn profile_loop(trace: &[Vec<u64>], spec: &str) {
 fn bench_index(c: &mut Criterion) {
     let Some(path) = trace_path() else {
         eprintln!(
-            "index bench skipped: Mooncake conversation trace not found at ../../shared/traces/mooncake/conversation_trace.jsonl or ../shared/... relative to {}",
+            "index bench skipped: the Mooncake conversation trace is not at {TRACE} relative to {}",
             env!("CARGO_MANIFEST_DIR")
         );
         return;

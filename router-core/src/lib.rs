@@ -29,16 +29,20 @@ pub use index::{
     ApproxConfig, ApproxIndex, EventStatus, ExternalHash, IndexStats, KvEvent, KvEventData,
     KvIndexReader, KvIndexWriter, OverlapScores, ReferenceIndex, SharedKvIndex, StoredBlock,
 };
-pub use ledger::{BookingLedger, GateClosed, RoomAnswer};
+pub use ledger::{
+    BookingDelta, BookingLedger, GateClosed, LeaseLeft, LeasedReservation, RoomAnswer,
+};
 pub use policy::{
-    ClassPolicy, ClassSource, Classification, ClassifyError, PolicyError, PolicyProfile,
-    RequestFacts, UnknownClass,
+    ClassPolicy, ClassSource, Classification, ClassifyError, PolicyError, PolicyFormat,
+    PolicyProfile, RequestFacts, UnknownClass,
 };
 pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,
 };
-pub use router::{PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RouteRequest};
+pub use router::{
+    Applied, Holdings, PoolRouter, PoolRouterConfig, PrefixMode, Prompt, RouteRequest,
+};
 pub use select::{
     SelectError, Selected, SelectionConfig, SelectionConfigError, SelectionRequest, Selector,
 };

@@ -31,7 +31,7 @@ use router_core::WorkerId;
 use router_node::config::{BusKind, Config};
 use router_node::serve::{serve_with_bus, shutdown_signal};
 use router_node::telemetry;
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::{SimConfig, SimWorker};
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -108,7 +108,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             worker_id: WorkerId(n),
             instant: true,
             cluster: config.node.cluster.clone(),
-            ..SimConfig::default()
+            ..router_node::worker::sim_config()
         };
         let worker = SimWorker::start(listener, bus.clone(), cfg).await?;
         println!("worker {n} {}", worker.endpoint());

@@ -37,7 +37,7 @@ enum Command {
     /// Serve the OpenAI-compatible HTTP endpoint: one router node (SIGINT/SIGTERM drains).
     Serve(ConfigArgs),
     /// Run a simulated engine: an OpenAI API over the mocker, announced on the bus.
-    Worker(Box<router_node::worker::cmd::WorkerArgs>),
+    Worker(Box<router_node::worker::WorkerArgs>),
     /// Replay a Mooncake trace against an OpenAI endpoint, open loop, and report TTFT / ITL /
     /// end-to-end percentiles, throughput, shed rate and prefix hit rate per class.
     Bench(BenchArgs),
@@ -144,7 +144,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match cli.command {
         Command::Demo(args) => run_demo(&args),
         Command::Serve(args) => router_node::serve::main(args.config.as_deref()),
-        Command::Worker(args) => router_node::worker::cmd::run(&args),
+        Command::Worker(args) => router_node::worker::run(&args),
         Command::Bench(args) => run_bench(args),
         Command::PrintConfig(args) => print_config(&args),
     }

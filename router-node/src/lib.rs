@@ -3,20 +3,22 @@
 //!
 //! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
-//! - `engine`: the simulated engine behind `worker --sim` (block pool, scheduler, timing).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
-//! - `loadgen`: one measured streaming request and latency percentiles (bench and demo).
-//! - `node_metrics`: what `/metrics` reads from a running node's actors at scrape time.
+//! - `loadgen`: one measured streaming request (bench and demo).
+//! - `metrics`: the node's Prometheus metrics: declarations, the frontend's recording, and
+//!   the scrape-time reading of the node's actors.
+//! - `report`: latency percentiles and the per-class table of the bench and demo reports.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
-//! - `worker`: `worker --sim`, the simulated engine behind an OpenAI-compatible API.
+//! - `worker`: `worker --sim`: router-sim's simulated worker reading bodies with the
+//!   frontend's tokenizer.
 
 pub mod bench;
 pub mod config;
-pub mod engine;
 pub mod frontend;
 pub mod loadgen;
-pub mod node_metrics;
+pub mod metrics;
+pub mod report;
 pub mod serve;
 pub mod telemetry;
 pub mod worker;

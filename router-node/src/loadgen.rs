@@ -1,6 +1,6 @@
-//! The load generators' shared pieces: one streaming OpenAI request measured from the
-//! client's side, and latency histograms read as millisecond percentiles. The HTTP demo's
-//! clients (`demo::http::load`) and `router-node bench` (`crate::bench`) both use them.
+//! The load generators' shared request: one streaming OpenAI request measured from the
+//! client's side. The HTTP demo's clients (`demo::http::load`) and `router-node bench`
+//! (`crate::bench`) both use it; what they report is built with `crate::report`.
 //!
 //! [`send_streaming`] posts one JSON body (with the `x-policy-class` header when a class is
 //! given) and reads the SSE stream to its end. It ends in exactly one [`Outcome`]:
@@ -18,8 +18,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -213,52 +212,6 @@ impl SseReader {
     }
 }
 
-/// p50 / p90 / p99 in milliseconds (one decimal); `None` without samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50: Option<f64>,
-    pub p90: Option<f64>,
-    pub p99: Option<f64>,
-}
-
-/// A latency histogram in microseconds, 1 µs to 1 h, 3 significant digits.
-#[derive(Debug, Clone)]
-pub struct Latency(Histogram<u64>);
-
-impl Latency {
-    pub fn new() -> Result<Self, hdrhistogram::CreationError> {
-        Histogram::new_with_bounds(1, 3_600_000_000, 3).map(Self)
-    }
-
-    pub fn record(&mut self, d: Duration) {
-        self.0.saturating_record(micros(d).max(1));
-    }
-
-    pub fn percentiles(&self) -> Percentiles {
-        let h = &self.0;
-        let at = |q: f64| {
-            (!h.is_empty()).then(|| (h.value_at_quantile(q) as f64 / 100.0).round() / 10.0)
-        };
-        Percentiles {
-            count: h.len(),
-            p50: at(0.5),
-            p90: at(0.9),
-            p99: at(0.99),
-        }
-    }
-}
-
-/// Whole microseconds, saturating.
-/// A table cell: one decimal, or `-` when there is no value (no sample).
-pub fn cell(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
-}
-
-pub fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,25 +244,5 @@ mod tests {
         let mut broken = SseReader::default();
         broken.feed(b"data: {\"error\":{\"reason\":\"upstream_broken\"}}\n\n");
         assert!(broken.error && !broken.done);
-    }
-
-    #[test]
-    fn percentiles_are_ordered_milliseconds() {
-        let mut l = Latency::new().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(l.percentiles().p50, None);
-        for ms in 1..=100 {
-            l.record(Duration::from_millis(ms));
-        }
-        let p = l.percentiles();
-        assert_eq!(p.count, 100);
-        let (p50, p90, p99) = (
-            p.p50.unwrap_or(0.0),
-            p.p90.unwrap_or(0.0),
-            p.p99.unwrap_or(0.0),
-        );
-        assert!(
-            (49.0..=51.0).contains(&p50) && p50 <= p90 && p90 <= p99,
-            "{p:?}"
-        );
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::config::{BusKind, Config, ConfigError, TopologyKind};
 use crate::frontend::{self, ApiError, AppState, WorkerDirectory};
-use crate::node_metrics::NodeSources;
+use crate::metrics::NodeSources;
 use crate::telemetry::{self, TelemetryError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};

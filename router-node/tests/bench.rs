@@ -1,13 +1,12 @@
 //! `router-node bench` end to end: a trace replayed over real HTTP against a router node in
-//! front of a simulated engine (`bench::run`, the library function behind the command), and
-//! the binary's exit codes for usage errors, malformed traces and an unreachable endpoint.
+//! front of a simulated engine (`bench::run`, the library function behind the command). The
+//! binary's exit codes are tested with the whole-system tests (`tests/tests/bench_cli.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use router_node::bench::{self, BenchOptions, BenchReport, ClassChoice};
@@ -103,106 +102,4 @@ async fn a_replay_accounts_for_every_request_and_sees_the_shared_prefix() {
         "{table}"
     );
     node.assert_idle().await;
-}
-
-fn router_node(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_router-node"))
-        .args(args)
-        .output()
-        .expect("the router-node binary runs")
-}
-
-#[test]
-fn usage_and_trace_errors_exit_2_with_a_message() {
-    let bad = temp_file(
-        "bad.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n{oops\n",
-    );
-    let bad = bad.to_str().unwrap();
-    // Fine at any sane speedup; its second arrival overflows at an absurd one.
-    let late = temp_file(
-        "late.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n\
-         {\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
-    );
-    let late = late.to_str().unwrap();
-    let url = "http://127.0.0.1:1";
-    for (args, needle) in [
-        (vec!["bench", "--url", url], "--trace"),
-        (vec!["bench", "--trace", bad, "--url", url], "trace line 2"),
-        (
-            vec!["bench", "--trace", "/nonexistent/t.jsonl", "--url", url],
-            "cannot read",
-        ),
-        (
-            vec!["bench", "--trace", bad, "--url", "localhost:8080"],
-            "http://",
-        ),
-        (
-            vec!["bench", "--trace", bad, "--url", url, "--speedup", "0"],
-            "speedup",
-        ),
-        (
-            vec!["bench", "--trace", bad, "--url", url, "--classes", "a=1,b"],
-            "name=weight",
-        ),
-        (
-            vec![
-                "bench",
-                "--trace",
-                late,
-                "--url",
-                url,
-                "--speedup",
-                "1e-300",
-            ],
-            "trace line 2: timestamp 10 ms at --speedup 1e-300 is out of range",
-        ),
-        (
-            vec![
-                "bench",
-                "--trace",
-                bad,
-                "--url",
-                url,
-                "--class",
-                "a",
-                "--classes",
-                "a=1",
-            ],
-            "cannot be used with",
-        ),
-    ] {
-        let out = router_node(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-    }
-}
-
-#[test]
-fn an_unreachable_endpoint_exits_1_after_trying_every_request() {
-    let trace = temp_file(
-        "trace.jsonl",
-        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n\
-         {\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
-    );
-    let json = trace.with_file_name("result.json");
-    let out = router_node(&[
-        "bench",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--url",
-        "http://127.0.0.1:1",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("every request failed"), "{err}");
-    let report: BenchReport =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report.overall.sent, 2);
-    assert_eq!(report.overall.transport_failures, 2);
 }

@@ -8,8 +8,8 @@
 
 mod support;
 
-use router_node::engine::Role;
 use router_node::frontend::DisaggConvention;
+use router_sim::Role;
 use serde_json::{Value, json};
 use support::error_of;
 

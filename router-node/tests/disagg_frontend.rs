@@ -8,7 +8,7 @@
 mod support;
 
 use router_core::PoolRole;
-use router_node::engine::Role;
+use router_sim::Role;
 use serde_json::json;
 use std::time::Duration;
 use support::{Fault, error_of};

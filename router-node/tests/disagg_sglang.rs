@@ -11,8 +11,8 @@ mod support;
 
 use futures::StreamExt;
 use router_core::{PoolRole, WorkerId};
-use router_node::engine::Role;
 use router_node::frontend::DisaggConvention;
+use router_sim::Role;
 use serde_json::{Value, json};
 use std::time::Duration;
 use support::{Fault, error_of, spawn_faulty_worker};

@@ -14,7 +14,7 @@ use router_actors::{Node, WorkerLink};
 use router_core::{PoolRole, WorkerSpec};
 use router_node::config::{BusKind, Config};
 use router_node::frontend::Metrics;
-use router_node::node_metrics::NodeSources;
+use router_node::metrics::NodeSources;
 use router_node::serve::serve_with_bus;
 use std::sync::Arc;
 use std::time::Duration;

@@ -14,7 +14,7 @@ use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
 use router_node::config::{BusKind, Config};
 use router_node::serve::{ServeError, serve_with_bus};
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::{SimConfig, SimWorker};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -118,7 +118,7 @@ async fn sim_worker(bus: Arc<dyn Bus>, cluster: &str, id: u64) -> SimWorker {
         cluster: cluster.to_owned(),
         heartbeat: Duration::from_millis(100),
         lease: Duration::from_secs(2),
-        ..SimConfig::default()
+        ..router_node::worker::sim_config()
     };
     SimWorker::start(listener, bus, cfg).await.unwrap()
 }

@@ -1,6 +1,7 @@
 //! `router-node serve`: a node started in-process on the in-process bus (health, readiness
 //! following a worker's announcement, metrics, a request through the worker registry, a
-//! graceful drain), and the binary's exit on a bad configuration.
+//! graceful drain). The binary as a process (exit codes, `print-config`, SIGTERM) is tested
+//! with the whole-system tests (`tests/tests/serve_cli.rs`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,7 +14,6 @@ use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_core::{PoolRole, WorkerSpec};
 use router_node::config::{BusKind, Config};
 use router_node::serve::{ServeError, serve_with_bus};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -226,136 +226,4 @@ async fn the_drain_timeout_bounds_the_shutdown() {
     .expect("the cut stream ends");
     assert!(rest.contains("shut down before the stream ended"), "{rest}");
     assert!(!rest.contains("[DONE]"), "{rest}");
-}
-
-fn write_config(text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("switchyard-serve-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("node.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
-
-fn run_binary(args: &[&str], path: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_router-node"))
-        .args(args)
-        .arg("--config")
-        .arg(path)
-        .env_remove("SWITCHYARD_CLUSTER")
-        .env_remove("SWITCHYARD_HTTP_LISTEN")
-        .env_remove("SWITCHYARD_NATS_URL")
-        .env_remove("SWITCHYARD_OTLP_ENDPOINT")
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn a_config_error_exits_non_zero_naming_the_key() {
-    let cases = [
-        (
-            "[selection]\ntemperature = -0.5\n",
-            "selection.temperature must be >= 0",
-        ),
-        ("[http]\nlisen = \"127.0.0.1:1\"\n", "lisen"),
-        ("[node]\nblock_size = 0\n", "node.block_size"),
-        ("[policy]\npath = \"missing.yaml\"\n", "policy.path"),
-    ];
-    for (text, expected) in cases {
-        let (dir, path) = write_config(text);
-        let out = run_binary(&["serve"], &path);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{text:?}: {stderr}");
-        assert!(stderr.contains(expected), "{text:?}: {stderr}");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-#[test]
-fn print_config_prints_the_effective_config() {
-    let (dir, path) = write_config("[node]\ncluster = \"from-file\"\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_router-node"))
-        .args(["print-config", "--config"])
-        .arg(&path)
-        .env("SWITCHYARD_HTTP_LISTEN", "127.0.0.1:7777")
-        .env("SWITCHYARD_NATS_URL", "nats://user:secret@nats:4222")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let printed = Config::from_toml_str(&stdout, std::path::Path::new("stdout")).unwrap();
-    assert_eq!(printed.node.cluster, "from-file");
-    assert_eq!(printed.http.listen, "127.0.0.1:7777");
-    assert_eq!(printed.bus.nats_url, "nats://***@nats:4222");
-    assert!(!stdout.contains("secret"));
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The binary on the in-process bus: serves `/health`, and exits 0 on SIGTERM.
-#[cfg(unix)]
-#[test]
-fn the_binary_serves_and_exits_cleanly_on_sigterm() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (dir, path) = write_config(&format!(
-        "[node]\ncluster = \"bin-test\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n\
-         drain_timeout_ms = 2000\n[bus]\nkind = \"in-process\"\n\
-         [telemetry]\nlog_format = \"json\"\n"
-    ));
-    let child = Command::new(env!("CARGO_BIN_EXE_router-node"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("SWITCHYARD_HTTP_LISTEN")
-        .env_remove("SWITCHYARD_OTLP_ENDPOINT")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let health = format!("http://127.0.0.1:{port}/health");
-    let mut up = false;
-    for _ in 0..200 {
-        if let Ok(r) = reqwest::blocking_get(&health) {
-            up = r == 200;
-            if up {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(up, "/health never answered: {stderr}");
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    // JSON logs: one object per line, the drain announced.
-    assert!(
-        stderr
-            .lines()
-            .any(|l| l.starts_with('{') && l.contains("shutting down")),
-        "{stderr}"
-    );
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// A tiny blocking GET (the test is not async): the status code.
-mod reqwest {
-    pub use ::reqwest::*;
-
-    pub fn blocking_get(url: &str) -> std::result::Result<u16, String> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        runtime.block_on(async {
-            ::reqwest::get(url)
-                .await
-                .map(|r| r.status().as_u16())
-                .map_err(|e| e.to_string())
-        })
-    }
 }

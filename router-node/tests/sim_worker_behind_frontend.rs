@@ -9,7 +9,7 @@ mod support;
 use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
 use router_node::frontend::Limits;
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::{SimConfig, SimWorker};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +60,7 @@ async fn streamed_responses_do_not_wait_for_delayed_acks() {
         worker_id: WorkerId(1),
         instant: true,
         heartbeat: Duration::from_millis(100),
-        ..SimConfig::default()
+        ..router_node::worker::sim_config()
     };
     let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
         .await

@@ -10,7 +10,7 @@ mod support;
 use router_actors::bus::local::LocalBus;
 use router_node::config::{Config, ConfigError};
 use router_node::frontend::{Limits, PromptInput, Prompter};
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::{SimConfig, SimWorker};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -204,8 +204,8 @@ async fn the_simulated_worker_counts_with_the_same_prompter() {
     let cfg = SimConfig {
         speedup: 100.0,
         heartbeat: Duration::from_millis(50),
-        prompter,
-        ..SimConfig::default()
+        prompts: router_node::worker::prompts(prompter),
+        ..router_node::worker::sim_config()
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)

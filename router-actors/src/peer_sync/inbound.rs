@@ -24,6 +24,7 @@ use super::state::{Peer, PeerSyncState, Repair};
 use crate::bus::BusMessage;
 use crate::router::RouterMsg;
 use crate::wire::{self, BookingMsg, SeqEvent, SnapshotReply, SnapshotRequest};
+use router_core::Holdings;
 use router_core::RouterId;
 use tokio::time::Instant;
 
@@ -146,8 +147,10 @@ impl PeerSyncState {
             owner,
             RouterMsg::PeerReplace {
                 owner,
-                bookings: reply.bookings,
-                reservations: reply.reservations,
+                state: Holdings {
+                    bookings: reply.bookings,
+                    reservations: reply.reservations,
+                },
             },
         );
         self.tracker.reset(owner.0, seq);
@@ -269,8 +272,10 @@ impl PeerSyncState {
             owner,
             RouterMsg::PeerReplace {
                 owner,
-                bookings: reply.bookings,
-                reservations: reply.reservations,
+                state: Holdings {
+                    bookings: reply.bookings,
+                    reservations: reply.reservations,
+                },
             },
         );
         self.counters.snapshots_applied += 1;

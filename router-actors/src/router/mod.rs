@@ -23,9 +23,8 @@ use crate::room_view::{RoomPublisher, RoomReader};
 use crate::supervisor::InflightRegistry;
 use crate::wire::BookingDelta;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use router_core::ledger::{Booking, Reservation};
 use router_core::{
-    Admission, DecodeReservation, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
+    Admission, DecodeReservation, Holdings, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
     RouteRequest, RouterId, SharedKvIndex, Timestamp, WorkerId, WorkerSpec,
 };
 use state::RouterState;
@@ -131,8 +130,7 @@ pub enum RouterMsg {
     /// A peer's full state (snapshot repair): replaces everything held under its id.
     PeerReplace {
         owner: RouterId,
-        bookings: Vec<(RequestId, Booking)>,
-        reservations: Vec<(RequestId, Reservation)>,
+        state: Holdings,
     },
     /// A peer stopped heart-beating: drop everything it held.
     PeerGone(RouterId),
@@ -173,7 +171,6 @@ impl Actor for RouterActor {
         myself: ActorRef<RouterMsg>,
         args: RouterArgs,
     ) -> Result<RouterState, ActorProcessingErr> {
-        let owner = args.config.scheduler.owner;
         let router = match args.kv_index {
             Some(index) => PoolRouter::with_index(args.config, args.profile, index),
             None => PoolRouter::new(args.config, args.profile),
@@ -199,7 +196,7 @@ impl Actor for RouterActor {
         for spec in workers {
             state.upsert_worker(spec);
         }
-        state.restore(owner, restore);
+        state.restore(restore);
         if !args.recheck_every.is_zero() {
             myself.send_interval(args.recheck_every, || RouterMsg::Tick);
         }
@@ -243,11 +240,7 @@ impl Actor for RouterActor {
                     state.peer_lag.record(sent_at_us, crate::wire::now_us());
                 }
             }
-            RouterMsg::PeerReplace {
-                owner,
-                bookings,
-                reservations,
-            } => state.replace_peer(owner, bookings, reservations),
+            RouterMsg::PeerReplace { owner, state: held } => state.replace_peer(owner, held),
             RouterMsg::PeerGone(owner) => state.peer_gone(owner),
             RouterMsg::RoomChanged => state.drain(),
             RouterMsg::Admitting(yes) => state.set_admitting(yes),

@@ -12,7 +12,7 @@ use ractor::concurrency::JoinHandle;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use router_core::admission::RejectReason;
 use router_core::admission::SchedulerSnapshot;
-use router_core::ledger::{Booking, Reservation};
+use router_core::ledger::{Booking, LeasedReservation};
 use router_core::{
     Admission, DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RouteRequest, RouterId,
     Timestamp, WorkerId, WorkerSpec,
@@ -66,7 +66,7 @@ pub struct OwnerDigest {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OwnState {
     pub bookings: Vec<(RequestId, Booking)>,
-    pub reservations: Vec<(RequestId, Reservation)>,
+    pub reservations: Vec<(RequestId, LeasedReservation)>,
     /// Own deltas handed to the peer-sync queue before this state was read (0 for a peer's
     /// state). The peer-sync actor publishes a digest or snapshot of this state right after
     /// sequencing that many deltas, so it matches the sequence exactly.
@@ -140,15 +140,9 @@ impl RouterState {
 
     /// Books this router's own in-flight requests again after a restart; those on ranks not
     /// known yet wait for their worker's next announcement.
-    pub(super) fn restore(&mut self, owner: RouterId, bookings: Vec<(RequestId, Booking)>) {
-        let ledger = self.router.scheduler_mut().ledger_mut();
-        for (request, booking) in bookings {
-            if !ledger.has_rank(booking.rank) {
-                self.pending_restore.push((request, booking));
-                continue;
-            }
-            ledger.book(router_core::BookingKey::new(owner, request), booking);
-        }
+    pub(super) fn restore(&mut self, bookings: Vec<(RequestId, Booking)>) {
+        let pending = self.router.restore(bookings);
+        self.pending_restore.extend(pending);
     }
 
     fn room(&self) -> Option<Arc<RoomSnapshot>> {
@@ -336,9 +330,8 @@ impl RouterState {
             registry.worker_up(spec.clone());
         }
         if !self.pending_restore.is_empty() {
-            let owner = self.owner();
             let pending = std::mem::take(&mut self.pending_restore);
-            self.restore(owner, pending);
+            self.restore(pending);
         }
         self.drain();
     }
@@ -374,7 +367,9 @@ impl RouterState {
         OwnerDigest {
             digest: digest_from(
                 ledger.keys_of(owner).map(|(k, b)| (k.request, b)),
-                ledger.reservations_of(owner).map(|(k, r)| (k.request, r)),
+                ledger
+                    .reservations_of(owner)
+                    .map(|(k, r)| (k.request, r.leased(self.clock.now()))),
             ),
             deltas_sent: if owner == self.owner() {
                 self.deltas_sent
@@ -387,21 +382,10 @@ impl RouterState {
     /// What this ledger holds under `owner`, sorted by request. Reservation leases are given
     /// as time left (the wire form), since every node keeps its own clock.
     pub(super) fn state_of(&self, owner: RouterId) -> OwnState {
-        let now = self.clock.now();
-        let ledger = self.router.ledger();
-        let mut bookings: Vec<(RequestId, Booking)> = ledger
-            .keys_of(owner)
-            .map(|(k, b)| (k.request, b.clone()))
-            .collect();
-        bookings.sort_by_key(|(r, _)| *r);
-        let mut reservations: Vec<(RequestId, Reservation)> = ledger
-            .reservations_of(owner)
-            .map(|(k, r)| (k.request, super::peer::lease_to_wire(*r, now)))
-            .collect();
-        reservations.sort_by_key(|(r, _)| *r);
+        let held = self.router.holdings(owner, self.clock.now());
         OwnState {
-            bookings,
-            reservations,
+            bookings: held.bookings,
+            reservations: held.reservations,
             deltas_sent: 0,
         }
     }
@@ -411,9 +395,7 @@ impl RouterState {
     pub(super) fn after_change(&mut self, myself: &ActorRef<RouterMsg>) {
         if let Some(room) = self.room() {
             let now = self.clock.now();
-            self.router
-                .scheduler_mut()
-                .forget_applied_reservations(room.as_ref(), now);
+            self.router.forget_applied_reservations(room.as_ref(), now);
         }
         if let Some(out) = &self.room_out {
             let ledger = self.router.ledger();

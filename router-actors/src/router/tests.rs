@@ -7,7 +7,7 @@ use crate::room_view::room_channel;
 use ractor::Actor;
 use router_core::admission::{Phase, PoolRole, RejectReason, SchedulerConfig};
 use router_core::ledger::Booking;
-use router_core::{PrefixMode, Prompt, RankId, Timestamp};
+use router_core::{PrefixMode, Prompt, RankId};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -213,10 +213,10 @@ async fn a_peer_reservation_lease_runs_in_this_node_clock() {
     // This node has been up for a while; the peer's clock started elsewhere.
     tokio::time::advance(Duration::from_secs(100)).await;
     let decode = spawn_with(args(PoolRole::Decode, clock), 100).await;
-    let hold = router_core::ledger::Reservation {
+    let hold = router_core::LeasedReservation {
         rank: RankId::new(1, 0),
         blocks: 10,
-        expires_at: Timestamp(1_000_000), // on the wire: one second of lease left
+        lease_left: router_core::LeaseLeft::from_duration(Duration::from_secs(1)),
         seq: 1,
     };
     let delta = BookingDelta::Reserve {

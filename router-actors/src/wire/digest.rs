@@ -9,7 +9,7 @@
 
 use super::Digest;
 use router_core::RequestId;
-use router_core::ledger::{Booking, Reservation};
+use router_core::ledger::{Booking, LeasedReservation};
 
 const BOOKING_TAG: u64 = 0xB00C;
 const RESERVATION_TAG: u64 = 0x7E5E;
@@ -54,7 +54,7 @@ pub fn booking_hash(request: RequestId, b: &Booking) -> u64 {
     h.0
 }
 
-pub fn reservation_hash(request: RequestId, r: &Reservation) -> u64 {
+pub fn reservation_hash(request: RequestId, r: &LeasedReservation) -> u64 {
     let mut h = Stable::new(RESERVATION_TAG);
     h.request(request)
         .add(r.rank.worker.0)
@@ -67,18 +67,18 @@ pub fn reservation_hash(request: RequestId, r: &Reservation) -> u64 {
 /// The digest of one owner's live bookings and reservations (any order).
 pub fn digest_of(
     bookings: &[(RequestId, Booking)],
-    reservations: &[(RequestId, Reservation)],
+    reservations: &[(RequestId, LeasedReservation)],
 ) -> Digest {
     digest_from(
         bookings.iter().map(|(id, b)| (*id, b)),
-        reservations.iter().map(|(id, r)| (*id, r)),
+        reservations.iter().copied(),
     )
 }
 
 /// The same digest over borrowed items, so a ledger can be digested without copying it.
 pub fn digest_from<'a>(
     bookings: impl IntoIterator<Item = (RequestId, &'a Booking)>,
-    reservations: impl IntoIterator<Item = (RequestId, &'a Reservation)>,
+    reservations: impl IntoIterator<Item = (RequestId, LeasedReservation)>,
 ) -> Digest {
     let mut digest = Digest::default();
     for (id, b) in bookings {
@@ -87,7 +87,7 @@ pub fn digest_from<'a>(
     }
     for (id, r) in reservations {
         digest.reservations += 1;
-        digest.checksum = digest.checksum.wrapping_add(reservation_hash(id, r));
+        digest.checksum = digest.checksum.wrapping_add(reservation_hash(id, &r));
     }
     digest
 }

@@ -1,7 +1,8 @@
 //! Message bodies, one type per subject. They reuse router-core's serialisable types
 //! (bookings, reservations, worker specs, KV events) so conversion stays trivial.
 
-use router_core::ledger::{Booking, Reservation};
+pub use router_core::ledger::BookingDelta;
+use router_core::ledger::{Booking, LeasedReservation};
 use router_core::{ClassId, KvEvent, PoolRole, RequestId, WorkerId, WorkerSpec};
 use serde::{Deserialize, Serialize};
 
@@ -24,29 +25,6 @@ pub struct WorkerLoad {
     pub dp_rank: u32,
     pub kv_used_blocks: u64,
     pub waiting: u64,
-}
-
-/// One change to a router's own bookings, keyed by its request (the owner is the sender).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BookingDelta {
-    Book {
-        request: RequestId,
-        booking: Booking,
-    },
-    PrefillDone {
-        request: RequestId,
-    },
-    Release {
-        request: RequestId,
-    },
-    Reserve {
-        request: RequestId,
-        reservation: Reservation,
-    },
-    Unreserve {
-        request: RequestId,
-    },
 }
 
 /// Count and order-independent checksum of a router's live bookings and reservations.
@@ -85,7 +63,8 @@ pub struct SnapshotReply {
     pub owner: uuid::Uuid,
     pub last_seq: u64,
     pub bookings: Vec<(RequestId, Booking)>,
-    pub reservations: Vec<(RequestId, Reservation)>,
+    /// Leases as time left, in the sender's clock when it answered.
+    pub reservations: Vec<(RequestId, LeasedReservation)>,
 }
 
 /// Decode room may have grown. A hint: receivers recheck against the room they can see.

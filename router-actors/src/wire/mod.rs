@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
 /// Version of every envelope this build writes and the only one it reads. 2: booking deltas
-/// travel batched (`BookingMsg::Deltas`).
-pub const WIRE_VERSION: u16 = 2;
+/// travel batched (`BookingMsg::Deltas`). 3: a reservation's lease travels as `lease_left`
+/// (µs of lease left, its own type) instead of an `expires_at` that meant the same.
+pub const WIRE_VERSION: u16 = 3;
 
 /// What travels on every subject: who sent it, their per-subject sequence, when, and the body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

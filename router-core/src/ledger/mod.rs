@@ -8,6 +8,7 @@
 //! converts the reservation. `room_epoch` rises whenever decode room may have grown, which
 //! is what `RoomChanged` carries.
 
+mod delta;
 mod gate;
 mod load_index;
 mod rank;
@@ -19,6 +20,7 @@ mod workers;
 #[cfg(test)]
 mod tests;
 
+pub use delta::{BookingDelta, LeaseLeft, LeasedReservation};
 pub use gate::{BestRoom, GateClosed, RoomAnswer};
 pub use rank::{RankLoad, RankSnapshot};
 pub use reference::ReferenceGate;

@@ -1,5 +1,5 @@
-//! Errors of loading and using a policy profile. Each names what is wrong: the key, the
-//! class and the field, or the unknown class a request asked for.
+//! Errors of parsing, validating and using a policy profile. Each names what is wrong: the
+//! key, the class and the field, or the unknown class a request asked for.
 
 use serde::Serialize;
 
@@ -9,10 +9,6 @@ pub enum PolicyError {
     /// names the key and where it is).
     #[error("policy file: {0}")]
     Parse(String),
-    #[error("policy file {path}: {message}")]
-    Io { path: String, message: String },
-    #[error("policy file {path}: unsupported extension (use .toml, .yaml or .yml)")]
-    UnknownFormat { path: String },
     #[error("policy class `{class}`: `{field}` {reason}")]
     InvalidClassField {
         class: String,

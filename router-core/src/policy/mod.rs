@@ -17,7 +17,7 @@ pub use classify_config::{ClassifierConfig, FieldMatchConfig, RangeConfig, Refus
 pub use config::{ClassConfig, PolicyFile, RejectThresholdsConfig};
 pub use error::{ClassifyError, PolicyError, UnknownClass};
 pub use fraction::Fraction;
-pub use profile::{ClassPolicy, PolicyProfile, RejectThresholds};
+pub use profile::{ClassPolicy, PolicyFormat, PolicyProfile, RejectThresholds};
 
 #[cfg(test)]
 mod classify_props;

@@ -1,6 +1,7 @@
 //! The validated policy profile: classes with typed thresholds, the default class and the
 //! router-wide reject thresholds, and the request classifiers. Built from a [`PolicyFile`]
-//! (TOML or YAML); every validation error names the class (or rule) and the field.
+//! parsed from TOML or YAML text (reading the file is the caller's job: router-core does no
+//! I/O); every validation error names the class (or rule) and the field.
 
 use super::classify::Classifier;
 use super::classify_config::validate_rules;
@@ -9,8 +10,25 @@ use super::error::{PolicyError, UnknownClass};
 use super::fraction::Fraction;
 use crate::ids::ClassId;
 use serde::Serialize;
-use std::path::Path;
 use std::time::Duration;
+
+/// The languages a profile can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyFormat {
+    Toml,
+    Yaml,
+}
+
+impl PolicyFormat {
+    /// The format a file name's extension stands for: `toml`, `yaml` or `yml`.
+    pub fn from_extension(extension: &str) -> Option<Self> {
+        match extension {
+            "toml" => Some(Self::Toml),
+            "yaml" | "yml" => Some(Self::Yaml),
+            _ => None,
+        }
+    }
+}
 
 /// One validated policy class.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,29 +168,21 @@ impl PolicyProfile {
     }
 
     pub fn from_toml_str(text: &str) -> Result<Self, PolicyError> {
-        let file: PolicyFile =
-            toml::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        Self::from_file(file)
+        Self::parse(text, PolicyFormat::Toml)
     }
 
     pub fn from_yaml_str(text: &str) -> Result<Self, PolicyError> {
-        let file: PolicyFile =
-            serde_norway::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
-        Self::from_file(file)
+        Self::parse(text, PolicyFormat::Yaml)
     }
 
-    /// Loads `.toml`, `.yaml` or `.yml`.
-    pub fn from_path(path: &Path) -> Result<Self, PolicyError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Io {
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("toml") => Self::from_toml_str(&text),
-            Some("yaml" | "yml") => Self::from_yaml_str(&text),
-            _ => Err(PolicyError::UnknownFormat { path: shown }),
+    /// Parses and validates a profile's text, already read by the caller.
+    pub fn parse(text: &str, format: PolicyFormat) -> Result<Self, PolicyError> {
+        let file: PolicyFile = match format {
+            PolicyFormat::Toml => toml::from_str(text).map_err(|e| e.to_string()),
+            PolicyFormat::Yaml => serde_norway::from_str(text).map_err(|e| e.to_string()),
         }
+        .map_err(PolicyError::Parse)?;
+        Self::from_file(file)
     }
 
     /// Validates a parsed file. An empty class list gives the fallback profile (with the

@@ -60,6 +60,32 @@ reject_thresholds: { decode_blocks_frac: 0.95 }
 }
 
 #[test]
+fn the_extension_picks_the_format_the_text_is_parsed_as() {
+    assert_eq!(
+        PolicyFormat::from_extension("toml"),
+        Some(PolicyFormat::Toml)
+    );
+    assert_eq!(
+        PolicyFormat::from_extension("yml"),
+        Some(PolicyFormat::Yaml)
+    );
+    assert_eq!(
+        PolicyFormat::from_extension("yaml"),
+        Some(PolicyFormat::Yaml)
+    );
+    assert_eq!(PolicyFormat::from_extension("json"), None);
+    assert_eq!(
+        PolicyProfile::parse(TOML, PolicyFormat::Toml),
+        PolicyProfile::from_toml_str(TOML)
+    );
+    // TOML text read as YAML is a parse error, not a profile.
+    assert!(matches!(
+        PolicyProfile::parse(TOML, PolicyFormat::Yaml),
+        Err(PolicyError::Parse(_))
+    ));
+}
+
+#[test]
 fn unknown_keys_are_errors_naming_the_key() {
     let err = PolicyProfile::from_toml_str(
         "default_class = \"a\"\n[[classes]]\nname = \"a\"\nslo_ms = 1\nquantum = 1\nslo = 5\n",

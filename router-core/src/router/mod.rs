@@ -4,11 +4,13 @@
 //! request for the class the caller resolved and hands it to the scheduler; and it forwards
 //! worker changes, KV events, first tokens and releases.
 
+mod peer;
 mod request;
 
 #[cfg(test)]
 mod tests;
 
+pub use peer::{Applied, Holdings};
 pub use request::{Prompt, RouteRequest};
 
 use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, SchedulerConfig};
@@ -104,8 +106,9 @@ impl PoolRouter {
         &self.scheduler
     }
 
-    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
-        &mut self.scheduler
+    /// Prefill pool: stops counting own reservations that the decode view has applied.
+    pub fn forget_applied_reservations(&mut self, room: &dyn DecodeRoomView, now: Timestamp) {
+        self.scheduler.forget_applied_reservations(room, now);
     }
 
     pub fn ledger(&self) -> &BookingLedger {

@@ -184,3 +184,53 @@ fn events_applied_through_the_shared_index_reach_lookups_that_never_take_its_loc
     );
     routing.join().expect("routing");
 }
+
+#[test]
+fn peer_changes_say_when_capacity_freed_and_own_echoes_change_nothing() {
+    use crate::ledger::{Booking, BookingDelta};
+    let mut r = router(PrefixMode::Events);
+    let peer = RouterId(Uuid::from_u128(9));
+    let request = RequestId::from_u128(40);
+    let booking = Booking {
+        rank: RankId::new(2, 0),
+        block_hashes: vec![1, 2, 3],
+        prefill_tokens: 48,
+        extra_blocks: 1,
+    };
+    let book = BookingDelta::Book {
+        request,
+        booking: booking.clone(),
+    };
+    let own = r.scheduler().owner();
+    assert_eq!(
+        r.apply_peer(own, book.clone(), Timestamp(0)),
+        Applied::Nothing
+    );
+    assert_eq!(
+        r.ledger().booking_count(),
+        0,
+        "an own echo is not booked twice"
+    );
+    assert_eq!(r.apply_peer(peer, book, Timestamp(0)), Applied::Added);
+    let release = BookingDelta::Release { request };
+    assert_eq!(
+        r.apply_peer(peer, release.clone(), Timestamp(0)),
+        Applied::Freed
+    );
+    assert_eq!(r.apply_peer(peer, release, Timestamp(0)), Applied::Nothing);
+    assert_eq!(r.ledger().booking_count(), 0);
+
+    // A restarted router books its own in-flight requests again; an unknown rank waits.
+    let lost = Booking {
+        rank: RankId::new(99, 0),
+        ..booking.clone()
+    };
+    let pending = r.restore(vec![
+        (RequestId::from_u128(41), booking),
+        (RequestId::from_u128(42), lost),
+    ]);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0, RequestId::from_u128(42));
+    assert_eq!(r.holdings(own, Timestamp(0)).bookings.len(), 1);
+    assert_eq!(r.peer_gone(own), Applied::Nothing, "never drops its own");
+}

@@ -48,8 +48,8 @@ use std::path::{Path, PathBuf};
 /// Tokens per trace `hash_id`, and the pool's block size.
 pub const TRACE_BLOCK_TOKENS: u32 = 512;
 
-/// Where the trace sits relative to a checkout of the repository.
-const TRACE_RELATIVE: &str = "shared/traces/mooncake/conversation_trace.jsonl";
+/// Where the trace ships, relative to the repository's root (gzip; see `traces/README.md`).
+const TRACE_RELATIVE: &str = "traces/conversation_trace.jsonl.gz";
 
 /// One line of the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,10 +93,7 @@ impl fmt::Display for TraceError {
                 for p in tried {
                     write!(f, " {}", p.display())?;
                 }
-                write!(
-                    f,
-                    " (the repository checkout must sit beside `shared/`, as on the dev box and in CI)"
-                )
+                write!(f, " (it ships with the repository: {TRACE_RELATIVE})")
             }
             TraceError::Io { path, error } => write!(f, "reading {}: {error}", path.display()),
             TraceError::BadLine { line, message } => write!(f, "trace line {line}: {message}"),
@@ -106,26 +103,39 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
-/// The trace, found from the crate's manifest directory: `../shared/...` (a checkout whose
-/// root is the crate's parent sits beside `shared/`) or `../../shared/...`.
+/// The shipped trace, found from the crate's manifest directory (the crate sits in the
+/// repository's root).
 pub fn trace_path() -> Result<PathBuf, TraceError> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tried: Vec<PathBuf> = ["..", "../.."]
-        .iter()
-        .map(|up| manifest.join(up).join(TRACE_RELATIVE))
-        .collect();
-    match tried.iter().find(|p| p.is_file()) {
-        Some(p) => Ok(p.canonicalize().unwrap_or_else(|_| p.clone())),
-        None => Err(TraceError::NotFound { tried }),
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(TRACE_RELATIVE);
+    if path.is_file() {
+        Ok(path.canonicalize().unwrap_or(path))
+    } else {
+        Err(TraceError::NotFound { tried: vec![path] })
     }
 }
 
-/// Reads and parses at most `limit` requests from `path`.
+/// Reads and parses at most `limit` requests from `path`, gunzipping a `.gz` file.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "test and example support reads the trace file; router-core's own code does no I/O"
+)]
 pub fn load_trace(path: &Path, limit: Option<usize>) -> Result<Vec<TraceRequest>, TraceError> {
-    let text = std::fs::read_to_string(path).map_err(|error| TraceError::Io {
+    let io = |error| TraceError::Io {
         path: path.to_path_buf(),
         error,
-    })?;
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .map_err(io)?;
+        text
+    } else {
+        String::from_utf8(bytes)
+            .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?
+    };
     parse_trace(&text, limit)
 }
 

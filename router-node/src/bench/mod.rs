@@ -195,12 +195,7 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
             opts.url
         )));
     }
-    let text = tokio::fs::read_to_string(&opts.trace)
-        .await
-        .map_err(|source| BenchError::ReadTrace {
-            path: opts.trace.clone(),
-            source,
-        })?;
+    let text = trace::read_text(&opts.trace).await?;
     let trace = Trace::parse(&text, opts.max_requests)?;
     let client = reqwest::Client::builder()
         .timeout(opts.timeout)

@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::loadgen::{Latency, Outcome, Percentiles};
+use crate::loadgen::Outcome;
+use crate::report::{
+    ClassTable, Column, Latency, Percentiles, cell, reason_counts, reasons_line, round,
+};
 
 /// The class name of requests sent without a class header.
 pub const DEFAULT_CLASS: &str = "default";
@@ -160,17 +163,77 @@ impl Acc {
         s.ttft_ms = self.ttft.percentiles();
         s.itl_ms = self.itl.percentiles();
         s.e2e_ms = self.e2e.percentiles();
-        s.request_rate = round2(s.ok as f64 / secs);
-        s.output_tokens_per_s = round2(s.output_tokens as f64 / secs);
+        s.request_rate = round(s.ok as f64 / secs, 2);
+        s.output_tokens_per_s = round(s.output_tokens as f64 / secs, 2);
         s.prefix_hit_pct = (self.reported_cache && s.prompt_tokens > 0)
-            .then(|| round2(s.cached_tokens as f64 * 100.0 / s.prompt_tokens as f64));
+            .then(|| round(s.cached_tokens as f64 * 100.0 / s.prompt_tokens as f64, 2));
         self.stats
     }
 }
 
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
+/// The table's columns.
+const COLUMNS: &[Column] = &[
+    Column {
+        title: "class",
+        width: 12,
+    },
+    Column {
+        title: "sent",
+        width: 6,
+    },
+    Column {
+        title: "ok",
+        width: 6,
+    },
+    Column {
+        title: "shed",
+        width: 6,
+    },
+    Column {
+        title: "errors",
+        width: 6,
+    },
+    Column {
+        title: "ttft p50",
+        width: 9,
+    },
+    Column {
+        title: "ttft p90",
+        width: 9,
+    },
+    Column {
+        title: "ttft p99",
+        width: 9,
+    },
+    Column {
+        title: "itl p50",
+        width: 8,
+    },
+    Column {
+        title: "itl p99",
+        width: 8,
+    },
+    Column {
+        title: "e2e p50",
+        width: 9,
+    },
+    Column {
+        title: "e2e p99",
+        width: 9,
+    },
+    Column {
+        title: "req/s",
+        width: 8,
+    },
+    Column {
+        title: "out tok/s",
+        width: 9,
+    },
+    Column {
+        title: "hit %",
+        width: 6,
+    },
+];
 
 impl BenchReport {
     /// Folds the outcomes into per-class rows in `classes` order (classes not listed are
@@ -204,7 +267,7 @@ impl BenchReport {
             trace: facts.trace,
             speedup: facts.speedup,
             seed: facts.seed,
-            wall_s: round2(facts.wall.as_secs_f64()),
+            wall_s: round(facts.wall.as_secs_f64(), 2),
             classes: accs.into_iter().map(|a| a.finish(facts.wall)).collect(),
             overall: overall.finish(facts.wall),
         })
@@ -222,66 +285,36 @@ impl BenchReport {
             "router-node bench: {} requests of {} against {} ({}x speedup) in {} s wall clock\n",
             self.overall.sent, self.trace, self.url, self.speedup, self.wall_s
         );
-        let _ = writeln!(
-            s,
-            "{:<12} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>6}",
-            "class",
-            "sent",
-            "ok",
-            "shed",
-            "errors",
-            "ttft p50",
-            "ttft p90",
-            "ttft p99",
-            "itl p50",
-            "itl p99",
-            "e2e p50",
-            "e2e p99",
-            "req/s",
-            "out tok/s",
-            "hit %"
-        );
-        let ms = crate::loadgen::cell;
+        let mut table = ClassTable::new(COLUMNS);
         for c in self.classes.iter().chain(std::iter::once(&self.overall)) {
-            let _ = writeln!(
-                s,
-                "{:<12} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8.2} {:>9.1} {:>6}",
-                c.class,
-                c.sent,
-                c.ok,
-                c.shed,
-                c.errors,
-                ms(c.ttft_ms.p50),
-                ms(c.ttft_ms.p90),
-                ms(c.ttft_ms.p99),
-                ms(c.itl_ms.p50),
-                ms(c.itl_ms.p99),
-                ms(c.e2e_ms.p50),
-                ms(c.e2e_ms.p99),
-                c.request_rate,
-                c.output_tokens_per_s,
-                crate::loadgen::cell(c.prefix_hit_pct),
-            );
+            table.row(&[
+                c.class.clone(),
+                c.sent.to_string(),
+                c.ok.to_string(),
+                c.shed.to_string(),
+                c.errors.to_string(),
+                cell(c.ttft_ms.p50),
+                cell(c.ttft_ms.p90),
+                cell(c.ttft_ms.p99),
+                cell(c.itl_ms.p50),
+                cell(c.itl_ms.p99),
+                cell(c.e2e_ms.p50),
+                cell(c.e2e_ms.p99),
+                format!("{:.2}", c.request_rate),
+                format!("{:.1}", c.output_tokens_per_s),
+                cell(c.prefix_hit_pct),
+            ]);
         }
+        s.push_str(&table.finish());
         let _ = writeln!(
             s,
             "(ok = HTTP 200 streamed to [DONE]; shed = HTTP 429/503; latencies of ok requests in \
              wall-clock ms; hit % = cached / prompt tokens as the endpoint reported them)"
         );
         for c in &self.classes {
-            let reasons: Vec<String> = c
-                .shed_by_reason
-                .iter()
-                .map(|(k, v)| format!("shed {k} {v}"))
-                .chain(
-                    c.errors_by_reason
-                        .iter()
-                        .map(|(k, v)| format!("error {k} {v}")),
-                )
-                .collect();
-            if !reasons.is_empty() {
-                let _ = writeln!(s, "{:<12} {}", format!("{}:", c.class), reasons.join(", "));
-            }
+            let mut reasons = reason_counts("shed ", &c.shed_by_reason);
+            reasons.extend(reason_counts("error ", &c.errors_by_reason));
+            s.extend(reasons_line("", &c.class, &reasons, None));
         }
         s
     }

@@ -7,10 +7,20 @@
 //! same token (a hash of `(h, j)`), so equal hash ids give equal token runs and the prefix
 //! sharing of the trace survives. The prompt is cut to `input_length`; when the hash ids
 //! cover fewer tokens, the rest are private to the line (a hash of the line number).
+//!
+//! [`read_text`] reads a trace file, gunzipping it on the way when it is gzip (the project
+//! ships `traces/conversation_trace.jsonl.gz`).
 
+use std::io::Read as _;
+use std::path::Path;
+
+use flate2::read::MultiGzDecoder;
 use serde::Deserialize;
 
 use super::BenchError;
+
+/// The first two bytes of every gzip member.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// Token ids are drawn below this (inside every common vocabulary).
 const VOCAB: u64 = 100_000;
@@ -65,6 +75,31 @@ impl Trace {
             });
         }
         Ok(Self { records })
+    }
+}
+
+/// The text of the trace at `path`: plain JSONL, or gzip (`.gz`, told by its magic bytes,
+/// not its name). An unreadable file, a broken gzip stream or text that is not UTF-8 is a
+/// [`BenchError::ReadTrace`] naming the file.
+pub async fn read_text(path: &Path) -> Result<String, BenchError> {
+    let failed = |source| BenchError::ReadTrace {
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = tokio::fs::read(path).await.map_err(failed)?;
+    decode(bytes).map_err(failed)
+}
+
+/// Gunzips `bytes` when they are gzip (one member or several, as `cat a.gz b.gz` makes);
+/// either way the result must be UTF-8.
+fn decode(bytes: Vec<u8>) -> std::io::Result<String> {
+    if bytes.starts_with(&GZIP_MAGIC) {
+        let mut text = String::new();
+        MultiGzDecoder::new(&bytes[..]).read_to_string(&mut text)?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 }
 
@@ -146,6 +181,58 @@ mod tests {
             assert!(err.contains("line 3"), "{bad:?}: {err}");
         }
         assert!(Trace::parse("\n\n", None).is_err());
+    }
+
+    fn gzip(text: &str) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder
+            .write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        encoder.finish().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const TWO_LINES: &str = "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \
+                             \"hash_ids\": [1]}\n{\"timestamp\": 9, \"input_length\": 7, \
+                             \"output_length\": 2, \"hash_ids\": [1, 2]}\n";
+
+    #[tokio::test]
+    async fn a_gzipped_trace_reads_like_the_plain_one() {
+        let dir = std::env::temp_dir().join(format!("sy-trace-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let plain = dir.join("t.jsonl");
+        let gz = dir.join("t.jsonl.gz");
+        std::fs::write(&plain, TWO_LINES).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&gz, gzip(TWO_LINES)).unwrap_or_else(|e| panic!("{e}"));
+        let read = |path| async move {
+            let text = read_text(path).await.unwrap_or_else(|e| panic!("{e}"));
+            Trace::parse(&text, None).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (from_plain, from_gz) = (read(&plain).await, read(&gz).await);
+        assert_eq!(from_gz.records, from_plain.records);
+        assert_eq!(from_gz.records.len(), 2);
+        assert_eq!(from_gz.records[1].1.hash_ids, [1, 2]);
+        // A broken gzip stream is a read error naming the file, not a panic or a parse error.
+        let mut cut = gzip(TWO_LINES);
+        cut.truncate(cut.len() / 2);
+        std::fs::write(&gz, cut).unwrap_or_else(|e| panic!("{e}"));
+        let err = read_text(&gz)
+            .await
+            .err()
+            .map(|e| (e.exit_code(), e.to_string()));
+        let (code, message) = err.unwrap_or_else(|| panic!("a cut gzip stream was read"));
+        assert_eq!(code, 2);
+        assert!(message.contains("t.jsonl.gz"), "{message}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn concatenated_gzip_members_and_plain_text_decode() {
+        let mut two = gzip("a\n");
+        two.extend(gzip("b\n"));
+        assert_eq!(decode(two).ok().as_deref(), Some("a\nb\n"));
+        assert_eq!(decode(b"plain\n".to_vec()).ok().as_deref(), Some("plain\n"));
+        assert!(decode(vec![0xff, 0xfe]).is_err(), "not UTF-8");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use super::{Config, TokenizerKind, TopologyKind};
 use crate::frontend::{ChatTemplate, Limits, Prompter, Tokenizer};
 use router_actors::{NodeConfig, Topology};
-use router_core::{PolicyError, PolicyProfile, RouterId, SelectionConfig};
+use router_core::{PolicyError, PolicyFormat, PolicyProfile, RouterId, SelectionConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +34,11 @@ pub enum ConfigError {
     Invalid { key: String, reason: String },
     #[error("policy.path {path}: {source}")]
     Policy { path: PathBuf, source: PolicyError },
+    #[error("policy.path {path}: {source}")]
+    PolicyRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A tokenizer or chat template file that cannot be used; `key` is
     /// `tokenizer.path` or `tokenizer.chat_template`.
     #[error("{key} {path}: {message}")]
@@ -58,7 +63,7 @@ impl ConfigError {
     pub fn key(&self) -> Option<&str> {
         match self {
             Self::Invalid { key, .. } => Some(key),
-            Self::Policy { .. } => Some("policy.path"),
+            Self::Policy { .. } | Self::PolicyRead { .. } => Some("policy.path"),
             Self::Tokenizer { key, .. } => Some(key),
             _ => None,
         }
@@ -303,13 +308,11 @@ impl Config {
     }
 
     /// The configured policy profile, or the fallback profile when `policy.path` is absent.
+    /// The file is read here and its text handed to router-core, which does no I/O.
     pub fn policy_profile(&self) -> Result<PolicyProfile, ConfigError> {
         match &self.policy.path {
             None => Ok(PolicyProfile::fallback()),
-            Some(path) => PolicyProfile::from_path(path).map_err(|source| ConfigError::Policy {
-                path: path.clone(),
-                source,
-            }),
+            Some(path) => read_policy(path),
         }
     }
 
@@ -403,5 +406,31 @@ fn section_at(text: &str, offset: usize) -> Option<&str> {
         let line = line.trim();
         let inner = line.strip_prefix('[')?.split(']').next()?.trim();
         (!inner.is_empty() && !inner.starts_with('[')).then_some(inner)
+    })
+}
+
+/// Reads a policy profile (`.toml`, `.yaml` or `.yml`); every error names `policy.path` and
+/// the file.
+fn read_policy(path: &Path) -> Result<PolicyProfile, ConfigError> {
+    let format = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(PolicyFormat::from_extension)
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                "policy.path",
+                format!(
+                    "{}: unsupported extension (use .toml, .yaml or .yml)",
+                    path.display()
+                ),
+            )
+        })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::PolicyRead {
+        path: path.to_owned(),
+        source,
+    })?;
+    PolicyProfile::parse(&text, format).map_err(|source| ConfigError::Policy {
+        path: path.to_owned(),
+        source,
     })
 }

@@ -223,6 +223,26 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
         .policy_profile()
         .unwrap_err();
     assert!(err.to_string().starts_with("policy.path"), "{err}");
+    // So do an unknown extension and a profile that does not validate, with the file.
+    write(&dir, "policy.json", "{}");
+    write(&dir, "invalid.yml", "default_class: nope\n");
+    for (name, says) in [
+        ("policy.json", "unsupported extension"),
+        ("invalid.yml", "`default_class` names `nope`"),
+    ] {
+        let node = write(&dir, "n.toml", &format!("[policy]\npath = \"{name}\"\n"));
+        let err = Config::load_with_env(Some(&node), no_env)
+            .unwrap()
+            .policy_profile()
+            .unwrap_err();
+        assert_eq!(err.key(), Some("policy.path"), "{err}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&*dir.join(name).to_string_lossy()),
+            "{shown}"
+        );
+        assert!(shown.contains(says), "{shown}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -5,7 +5,53 @@
 
 use std::fmt::Write as _;
 
+use router_node::report::{ClassTable, Column, cell, reason_counts, reasons_line};
+
 use super::report::Report;
+
+/// The class table's columns.
+const COLUMNS: &[Column] = &[
+    Column {
+        title: "class",
+        width: 12,
+    },
+    Column {
+        title: "requests",
+        width: 8,
+    },
+    Column {
+        title: "admitted",
+        width: 8,
+    },
+    Column {
+        title: "direct",
+        width: 7,
+    },
+    Column {
+        title: "queued",
+        width: 8,
+    },
+    Column {
+        title: "rejected",
+        width: 8,
+    },
+    Column {
+        title: "wait p50",
+        width: 10,
+    },
+    Column {
+        title: "wait p99",
+        width: 10,
+    },
+    Column {
+        title: "ttft p50",
+        width: 10,
+    },
+    Column {
+        title: "ttft p99",
+        width: 10,
+    },
+];
 
 impl Report {
     pub fn ok(&self) -> bool {
@@ -33,67 +79,40 @@ impl Report {
             "{} requests, seed {}, {} s simulated\n",
             self.requests, self.seed, self.simulated_s
         );
-        let _ = writeln!(
-            s,
-            "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            "class",
-            "requests",
-            "admitted",
-            "direct",
-            "queued",
-            "rejected",
-            "wait p50",
-            "wait p99",
-            "ttft p50",
-            "ttft p99"
-        );
-        let ms = router_node::loadgen::cell;
+        let mut table = ClassTable::new(COLUMNS);
         for c in &self.classes {
-            let _ = writeln!(
-                s,
-                "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10}",
-                c.class,
-                c.requests,
-                c.admitted,
-                c.admitted_direct,
-                c.admitted_after_queue,
-                c.rejected,
-                ms(c.queue_wait_ms.p50),
-                ms(c.queue_wait_ms.p99),
-                ms(c.ttft_ms.p50),
-                ms(c.ttft_ms.p99),
-            );
+            table.row(&[
+                c.class.clone(),
+                c.requests.to_string(),
+                c.admitted.to_string(),
+                c.admitted_direct.to_string(),
+                c.admitted_after_queue.to_string(),
+                c.rejected.to_string(),
+                cell(c.queue_wait_ms.p50),
+                cell(c.queue_wait_ms.p99),
+                cell(c.ttft_ms.p50),
+                cell(c.ttft_ms.p99),
+            ]);
         }
         let t = &self.totals;
-        let _ = writeln!(
-            s,
-            "{:<12} {:>8} {:>8} {:>7} {:>8} {:>8}",
-            "total",
-            t.requests,
-            t.admitted,
-            self.classes.iter().map(|c| c.admitted_direct).sum::<u64>(),
-            self.classes
-                .iter()
-                .map(|c| c.admitted_after_queue)
-                .sum::<u64>(),
-            t.rejected
-        );
+        let direct: u64 = self.classes.iter().map(|c| c.admitted_direct).sum();
+        let queued: u64 = self.classes.iter().map(|c| c.admitted_after_queue).sum();
+        table.row(&[
+            "total".to_owned(),
+            t.requests.to_string(),
+            t.admitted.to_string(),
+            direct.to_string(),
+            queued.to_string(),
+            t.rejected.to_string(),
+        ]);
+        s.push_str(&table.finish());
         let _ = writeln!(
             s,
             "(queued = admitted after waiting in the class queue; times in simulated ms)\n"
         );
         for c in &self.classes {
-            let reasons: Vec<String> = c
-                .rejected_by_reason
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
-            let reasons = if reasons.is_empty() {
-                "none".to_owned()
-            } else {
-                reasons.join(", ")
-            };
-            let _ = writeln!(s, "rejected {:<12} {reasons}", format!("{}:", c.class));
+            let reasons = reason_counts("", &c.rejected_by_reason);
+            s.extend(reasons_line("rejected ", &c.class, &reasons, Some("none")));
         }
         let lines: Vec<String> = self
             .classes

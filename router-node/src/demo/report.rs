@@ -1,6 +1,6 @@
 //! What the demo measures and prints: per class, how many requests came, how they were
 //! admitted (directly or after queueing) or rejected (by `RejectReason::label()`), queue
-//! wait and TTFT percentiles (simulated milliseconds, from HDR histograms); fleet-wide, the
+//! wait and TTFT percentiles (simulated milliseconds, `router_node::report`); fleet-wide, the
 //! prefix-cache hit rate, the peak of booked + reserved decode KV on the busiest rank, the
 //! schedulers' own counters, any accounting anomaly, and whether the ledgers ended idle.
 //! The same [`Report`] renders as a table or as JSON.
@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use router_core::admission::SchedulerStats;
 use router_core::ledger::BookingLedger;
 use router_core::{ClassId, PolicyProfile, RankId, Scheduler};
+use router_node::report::{Latency, Percentiles, round};
 use serde::Serialize;
 
 use super::Options;
@@ -30,8 +30,8 @@ struct ClassRec {
     after_queue: u64,
     rejected: BTreeMap<&'static str, u64>,
     completed: u64,
-    wait_us: Histogram<u64>,
-    ttft_us: Histogram<u64>,
+    wait: Latency,
+    ttft: Latency,
 }
 
 /// Collects measurements during a run.
@@ -52,11 +52,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(profile: &PolicyProfile) -> Result<Self, String> {
-        // Microseconds, up to an hour of simulated time, 3 significant digits.
-        let hist = || {
-            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-                .map_err(|e| format!("histogram: {e}"))
-        };
+        let hist = || Latency::new().map_err(|e| format!("histogram: {e}"));
         let classes = profile
             .classes()
             .iter()
@@ -71,8 +67,8 @@ impl Recorder {
                     after_queue: 0,
                     rejected: BTreeMap::new(),
                     completed: 0,
-                    wait_us: hist()?,
-                    ttft_us: hist()?,
+                    wait: hist()?,
+                    ttft: hist()?,
                 })
             })
             .collect::<Result<_, String>>()?;
@@ -108,8 +104,7 @@ impl Recorder {
             } else {
                 c.direct += 1;
             }
-            c.wait_us
-                .saturating_record(u64::try_from(waited.as_micros()).unwrap_or(u64::MAX));
+            c.wait.record(waited);
         }
     }
 
@@ -121,7 +116,7 @@ impl Recorder {
 
     pub fn first_token(&mut self, class: ClassId, ttft_us: u64) {
         if let Some(c) = self.class(class) {
-            c.ttft_us.saturating_record(ttft_us);
+            c.ttft.record_us(ttft_us);
         }
     }
 
@@ -185,8 +180,8 @@ impl Recorder {
                         .map(|(k, v)| ((*k).to_owned(), *v))
                         .collect(),
                     completed: c.completed,
-                    queue_wait_ms: Percentiles::of(&c.wait_us),
-                    ttft_ms: Percentiles::of(&c.ttft_us),
+                    queue_wait_ms: c.wait.percentiles(),
+                    ttft_ms: c.ttft.percentiles(),
                     decode_line_pct: c.decode_line_pct,
                 }
             })
@@ -229,28 +224,6 @@ impl Recorder {
             anomaly_samples: self.anomalies.clone(),
             every_request_accounted: accounted && self.anomaly_count == 0,
             ledgers_idle: self.idle,
-        }
-    }
-}
-
-pub(crate) fn round(v: f64, digits: i32) -> f64 {
-    let p = 10f64.powi(digits);
-    (v * p).round() / p
-}
-
-/// p50 and p99 in simulated milliseconds; `None` when nothing was recorded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Percentiles {
-    pub p50: Option<f64>,
-    pub p99: Option<f64>,
-}
-
-impl Percentiles {
-    pub(crate) fn of(h: &Histogram<u64>) -> Self {
-        let at = |q: f64| (!h.is_empty()).then(|| round(h.value_at_quantile(q) as f64 / 1e3, 1));
-        Self {
-            p50: at(0.5),
-            p99: at(0.99),
         }
     }
 }

@@ -8,15 +8,16 @@
 //! body with `stream: true`, tells the router `prefill_done` at the first upstream chunk and
 //! streams the chunks back (or assembles one JSON body for a non-streaming client). A
 //! [`proxy::BookingGuard`] owned by the response releases the booking however the request
-//! ends. Every error is a JSON body built in `error`; `metrics` serves Prometheus text.
+//! ends. Every error is a JSON body built in `error`; `/metrics` serves the node's
+//! Prometheus text (`crate::metrics`).
 //!
 //! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
 //! decode leg instead (`disagg`).
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
 //! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
-//! `disagg/`, `error.rs`, `metrics.rs` and `metrics_node.rs` (the node's families),
-//! `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering), `chat_template.rs`.
+//! `disagg/`, `error.rs`, `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering),
+//! `chat_template.rs`.
 
 mod admit;
 mod chat_template;
@@ -24,18 +25,16 @@ mod classify;
 mod disagg;
 mod error;
 mod handlers;
-mod metrics;
-mod metrics_node;
 mod openai;
 mod proxy;
 mod tokenizer;
 
+pub use crate::metrics::Metrics;
 pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use classify::{ClassifierCounts, RuleCounts};
 pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
-pub use metrics::Metrics;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use proxy::BookingGuard;
 pub use tokenizer::{

@@ -12,8 +12,8 @@
 
 use super::AppState;
 use super::error::{ApiError, Stage};
-use super::metrics::Metrics;
 use super::openai::{Endpoint, ParsedRequest};
+use crate::metrics::Metrics;
 use crate::telemetry::propagation;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

@@ -3,8 +3,8 @@
 //! rejection reason, and the metrics text. No input may panic.
 
 use super::error::ApiError;
-use super::metrics::Metrics;
 use super::openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize};
+use crate::metrics::Metrics;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use router_core::queue::{ExpiryStage, LimitKind};

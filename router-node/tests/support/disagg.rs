@@ -10,9 +10,9 @@ use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_actors::{Node, NodeConfig, PeerSyncConfig, RouterHandle, Topology, WorkerLink};
 use router_core::ledger::LedgerSnapshot;
 use router_core::{PolicyProfile, PoolRole, RouterId, WorkerId, WorkerSpec};
-use router_node::engine::Role;
 use router_node::frontend::{AppState, Limits, StaticDirectory, serve};
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::Role;
+use router_sim::{SimConfig, SimWorker};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -113,7 +113,7 @@ impl Fleet {
             role,
             heartbeat: 100 * MS,
             cluster: CLUSTER.to_owned(),
-            ..SimConfig::default()
+            ..router_node::worker::sim_config()
         }
     }
 
@@ -197,12 +197,13 @@ pub(crate) async fn ledger(router: &RouterHandle) -> LedgerSnapshot {
     router.observe().await.unwrap().scheduler.ledger
 }
 
+/// Polls `check` every 10 ms for up to 20 s (generous: CI machines are slow and shared).
 pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..500 {
+    for _ in 0..2000 {
         if check().await {
             return;
         }

@@ -166,16 +166,16 @@ pub struct Node {
 
 /// A simulated engine (`worker --sim`, id 1) at `speedup`, on 127.0.0.1:0 and a bus of its
 /// own: a real worker for a node from [`spawn_node`] to route to.
-pub async fn spawn_sim_worker(speedup: f64) -> router_node::worker::SimWorker {
+pub async fn spawn_sim_worker(speedup: f64) -> router_sim::SimWorker {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cfg = router_node::worker::SimConfig {
+    let cfg = router_sim::SimConfig {
         worker_id: router_core::WorkerId(1),
         speedup,
         heartbeat: Duration::from_millis(100),
-        ..router_node::worker::SimConfig::default()
+        ..router_node::worker::sim_config()
     };
     let bus = Arc::new(router_actors::bus::local::LocalBus::new());
-    router_node::worker::SimWorker::start(listener, bus, cfg)
+    router_sim::SimWorker::start(listener, bus, cfg)
         .await
         .unwrap()
 }

@@ -27,10 +27,10 @@ use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_core::{PoolRole, WorkerId};
 use router_node::config::{BusKind, Config, TopologyKind};
-use router_node::engine::Role;
 use router_node::frontend::{self, AppState};
 use router_node::serve::{RegistryDirectory, shutdown_signal};
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::Role;
+use router_sim::{SimConfig, SimWorker};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -152,7 +152,7 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
             cluster: cluster.clone(),
             heartbeat: Duration::from_millis(100),
             lease: Duration::from_secs(2),
-            ..SimConfig::default()
+            ..router_node::worker::sim_config()
         };
         let worker = SimWorker::start(worker_listener, bus.clone(), cfg)
             .await

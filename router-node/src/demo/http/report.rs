@@ -8,13 +8,53 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::load::{Finished, Outcome};
-use crate::demo::report::{Percentiles, round};
-use router_node::loadgen::micros;
+use router_node::report::{
+    ClassTable, Column, Latency, Percentiles, cell, reason_counts, reasons_line, round,
+};
+
+/// The class table's columns.
+const COLUMNS: &[Column] = &[
+    Column {
+        title: "class",
+        width: 12,
+    },
+    Column {
+        title: "requests",
+        width: 8,
+    },
+    Column {
+        title: "admitted",
+        width: 8,
+    },
+    Column {
+        title: "completed",
+        width: 9,
+    },
+    Column {
+        title: "rejected",
+        width: 8,
+    },
+    Column {
+        title: "ttft p50",
+        width: 9,
+    },
+    Column {
+        title: "ttft p99",
+        width: 9,
+    },
+    Column {
+        title: "e2e p50",
+        width: 9,
+    },
+    Column {
+        title: "e2e p99",
+        width: 9,
+    },
+];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassReport {
@@ -85,8 +125,8 @@ pub struct RunFacts {
 
 struct Rec {
     report: ClassReport,
-    ttft: Histogram<u64>,
-    e2e: Histogram<u64>,
+    ttft: Latency,
+    e2e: Latency,
 }
 
 impl HttpReport {
@@ -97,10 +137,7 @@ impl HttpReport {
         finished: &[Finished],
         facts: RunFacts,
     ) -> Result<Self, String> {
-        let hist = || {
-            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-                .map_err(|e| format!("histogram: {e}"))
-        };
+        let hist = || Latency::new().map_err(|e| format!("histogram: {e}"));
         let mut recs: Vec<Rec> = Vec::new();
         let new_rec = |name: &str| -> Result<Rec, String> {
             Ok(Rec {
@@ -111,14 +148,8 @@ impl HttpReport {
                     completed: 0,
                     rejected: 0,
                     rejected_by_reason: BTreeMap::new(),
-                    ttft_ms: Percentiles {
-                        p50: None,
-                        p99: None,
-                    },
-                    e2e_ms: Percentiles {
-                        p50: None,
-                        p99: None,
-                    },
+                    ttft_ms: Percentiles::default(),
+                    e2e_ms: Percentiles::default(),
                 },
                 ttft: hist()?,
                 e2e: hist()?,
@@ -151,9 +182,9 @@ impl HttpReport {
                         prompt_tokens += usage.unwrap_or(0);
                     }
                     if let Some(t) = ttft {
-                        rec.ttft.saturating_record(micros(*t));
+                        rec.ttft.record(*t);
                     }
-                    rec.e2e.saturating_record(micros(*e2e));
+                    rec.e2e.record(*e2e);
                 }
                 Outcome::Rejected { reason } => {
                     rec.report.rejected += 1;
@@ -167,8 +198,8 @@ impl HttpReport {
         let classes: Vec<ClassReport> = recs
             .into_iter()
             .map(|mut r| {
-                r.report.ttft_ms = Percentiles::of(&r.ttft);
-                r.report.e2e_ms = Percentiles::of(&r.e2e);
+                r.report.ttft_ms = r.ttft.percentiles();
+                r.report.e2e_ms = r.e2e.percentiles();
                 r.report
             })
             .collect();
@@ -234,57 +265,36 @@ impl HttpReport {
             "{} streaming requests of the built-in workload (seed {}) in {} s wall clock\n",
             self.requests, self.seed, self.wall_s
         );
-        let _ = writeln!(
-            s,
-            "{:<12} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}",
-            "class",
-            "requests",
-            "admitted",
-            "completed",
-            "rejected",
-            "ttft p50",
-            "ttft p99",
-            "e2e p50",
-            "e2e p99"
-        );
-        let ms = router_node::loadgen::cell;
+        let mut table = ClassTable::new(COLUMNS);
         for c in &self.classes {
-            let _ = writeln!(
-                s,
-                "{:<12} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}",
-                c.class,
-                c.requests,
-                c.admitted,
-                c.completed,
-                c.rejected,
-                ms(c.ttft_ms.p50),
-                ms(c.ttft_ms.p99),
-                ms(c.e2e_ms.p50),
-                ms(c.e2e_ms.p99),
-            );
+            table.row(&[
+                c.class.clone(),
+                c.requests.to_string(),
+                c.admitted.to_string(),
+                c.completed.to_string(),
+                c.rejected.to_string(),
+                cell(c.ttft_ms.p50),
+                cell(c.ttft_ms.p99),
+                cell(c.e2e_ms.p50),
+                cell(c.e2e_ms.p99),
+            ]);
         }
         let t = &self.totals;
-        let _ = writeln!(
-            s,
-            "{:<12} {:>8} {:>8} {:>9} {:>8}",
-            "total", t.requests, t.admitted, t.completed, t.rejected
-        );
+        table.row(&[
+            "total".to_owned(),
+            t.requests.to_string(),
+            t.admitted.to_string(),
+            t.completed.to_string(),
+            t.rejected.to_string(),
+        ]);
+        s.push_str(&table.finish());
         let _ = writeln!(
             s,
             "(admitted = HTTP 200; ttft = send to first SSE chunk; times in wall-clock ms)\n"
         );
         for c in &self.classes {
-            let reasons: Vec<String> = c
-                .rejected_by_reason
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
-            let reasons = if reasons.is_empty() {
-                "none".to_owned()
-            } else {
-                reasons.join(", ")
-            };
-            let _ = writeln!(s, "rejected {:<12} {reasons}", format!("{}:", c.class));
+            let reasons = reason_counts("", &c.rejected_by_reason);
+            s.extend(reasons_line("rejected ", &c.class, &reasons, Some("none")));
         }
         let p = &self.prefix_cache;
         let _ = writeln!(

@@ -6,9 +6,10 @@
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use switchyard_system_tests::support::router_node_bin;
 
 fn router_node(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_router-node"))
+    Command::new(router_node_bin())
         .args(args)
         .output()
         .expect("the router-node binary runs")

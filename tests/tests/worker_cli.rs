@@ -6,11 +6,10 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_router-node");
+use switchyard_system_tests::support::router_node_bin;
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = Command::new(router_node_bin()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -57,7 +56,7 @@ fn startup_failures_exit_1() {
 
 #[tokio::test]
 async fn a_standalone_worker_serves_until_sigterm() {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(router_node_bin())
         .args([
             "worker",
             "--sim",

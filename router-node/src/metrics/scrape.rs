@@ -6,8 +6,8 @@
 //! that scrape and named in [`NodeScrape::failed`] (the frontend counts it in
 //! `switchyard_scrape_errors_total{component}`); a scrape never fails because of one.
 //!
-//! This module only gathers plain data; the metric families themselves are declared and
-//! encoded in `frontend::metrics` (one place for every family of the node).
+//! This module only gathers plain data; the families are declared in `families.rs` and
+//! filled from a [`NodeScrape`] in `record.rs`.
 
 use router_actors::kv_events::KvEventsSnapshot;
 use router_actors::peer_sync::PeerSyncSnapshot;

@@ -1,10 +1,12 @@
-//! `router-node worker --sim ...`: the command-line face of [`SimWorker`].
+//! `router-node worker --sim ...`: the command-line face of [`SimWorker`]. The router node
+//! flattens [`SimArgs`] into its `worker` subcommand and calls [`run`] with the reader of
+//! its own `--tokenizer-config` (this crate has no tokenizer of its own).
 //!
 //! Exit codes: 0 after a clean stop (Ctrl-C / SIGINT, or SIGTERM), 1 when the worker cannot start or
 //! stops on an error (cannot listen, cannot reach NATS, cannot announce), 2 for a usage error
 //! (no `--sim`, a bad value, or no `--nats` without `--standalone`).
 
-use super::{SimConfig, SimWorker, role_name};
+use super::{PromptReader, SimConfig, SimWorker, role_name};
 use crate::engine::Role;
 use clap::{Args, ValueEnum};
 use router_actors::bus::Bus;
@@ -35,9 +37,9 @@ impl From<RoleArg> for Role {
     }
 }
 
-/// The arguments of `router-node worker`.
+/// The simulated worker's arguments (`router-node worker` flattens them into its own).
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+pub struct SimArgs {
     /// Run the simulated engine (the only kind of worker there is).
     #[arg(long)]
     pub sim: bool,
@@ -92,12 +94,11 @@ pub struct WorkerArgs {
     /// Base URL to announce instead of http://<listen address>.
     #[arg(long)]
     pub advertise: Option<String>,
-    /// A router node config (TOML) whose `[tokenizer]` section this worker uses, so it
-    /// tokenizes and renders chat exactly like the routers (default: tiktoken o200k_base and
-    /// the plain chat rendering, the routers' default).
-    #[arg(long, value_name = "NODE_TOML")]
-    pub tokenizer_config: Option<std::path::PathBuf>,
 }
+
+/// Builds the worker's [`PromptReader`] once the arguments are known to be usable; an error
+/// is a usage error (exit code 2) printed after `router-node worker: `.
+pub type LoadPrompts<'a> = &'a dyn Fn() -> Result<Arc<dyn PromptReader>, String>;
 
 fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -107,7 +108,7 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     }
 }
 
-impl WorkerArgs {
+impl SimArgs {
     /// The worker's configuration.
     pub fn config(&self) -> SimConfig {
         let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
@@ -132,8 +133,8 @@ impl WorkerArgs {
     }
 }
 
-/// Runs `router-node worker` until Ctrl-C or SIGTERM.
-pub fn run(args: &WorkerArgs) -> ExitCode {
+/// Runs `router-node worker` until Ctrl-C or SIGTERM, reading bodies with `prompts`' reader.
+pub fn run(args: &SimArgs, prompts: LoadPrompts<'_>) -> ExitCode {
     if !args.sim {
         eprintln!(
             "router-node worker: only the simulated engine exists; pass --sim \
@@ -148,15 +149,12 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let prompter = match &args.tokenizer_config {
-        None => None,
-        Some(path) => match crate::config::Config::load(Some(path)).and_then(|c| c.prompter()) {
-            Ok(prompter) => Some(prompter),
-            Err(e) => {
-                eprintln!("router-node worker: --tokenizer-config: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let prompts = match prompts() {
+        Ok(prompts) => prompts,
+        Err(e) => {
+            eprintln!("router-node worker: {e}");
+            return ExitCode::from(2);
+        }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -168,7 +166,7 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(serve(args, prompter)) {
+    match runtime.block_on(serve(args, prompts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("router-node worker: {message}");
@@ -177,14 +175,11 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
     }
 }
 
-async fn serve(
-    args: &WorkerArgs,
-    prompter: Option<crate::frontend::Prompter>,
-) -> Result<(), String> {
-    let mut cfg = args.config();
-    if let Some(prompter) = prompter {
-        cfg.prompter = prompter;
-    }
+async fn serve(args: &SimArgs, prompts: Arc<dyn PromptReader>) -> Result<(), String> {
+    let cfg = SimConfig {
+        prompts,
+        ..args.config()
+    };
     let bus: Arc<dyn Bus> = match &args.nats {
         Some(url) => Arc::new(NatsBus::connect(url).await.map_err(|e| e.to_string())?),
         None => Arc::new(LocalBus::new()),

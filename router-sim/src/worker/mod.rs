@@ -3,17 +3,17 @@
 //!
 //! [`SimWorker::start`] takes an already-bound listener, a bus and a [`SimConfig`]. It owns
 //! one [`Engine`] in an engine task (`engine_task`: the pass loop on tokio time) and serves
-//! HTTP with axum (`http`). Text is tokenized exactly as the router's frontend does, with
-//! [`SimConfig::prompter`] (default: tiktoken `o200k_base`, chat rendered by
-//! [`crate::frontend::render_chat`]; give it the routers' `[tokenizer]`), and block hashes are
-//! namespaced as the router's are ([`namespace`]), so the KV events name the blocks the
-//! routers look requests up by.
+//! HTTP with axum (`http`). Bodies are parsed and tokenized by [`SimConfig::prompts`], a
+//! [`PromptReader`] (`prompt`; the router node gives it its frontend's tokenizer and chat
+//! rendering, so the worker counts the routers' tokens; the default [`TokenIds`] reads
+//! token-id prompts only), and block hashes are namespaced as the router's are
+//! ([`namespace`]), so the KV events name the blocks the routers look requests up by.
 //!
 //! # Routes
 //!
-//! - `POST /v1/completions`, `POST /v1/chat/completions`: bodies are parsed by
-//!   [`crate::frontend::ParsedRequest`] (same fields, same 400s naming the field). Extra
-//!   fields read here: `cache_salt` (string; with `model` naming one of the configured
+//! - `POST /v1/completions`, `POST /v1/chat/completions`: bodies are parsed by the
+//!   [`PromptReader`] (with the node's: the frontend's fields and 400s naming the field).
+//!   Extra fields read here: `cache_salt` (string; with `model` naming one of the configured
 //!   LoRAs it namespaces the hashes) and `kv_transfer_params` (below). `max_tokens` defaults
 //!   to [`SimConfig::default_max_tokens`]. Every request generates exactly `max_tokens`
 //!   tokens of filler text, `"tok "` per token, `finish_reason: "length"`.
@@ -97,10 +97,12 @@
 pub mod cmd;
 mod engine_task;
 mod http;
+mod prompt;
 
 pub use engine_task::{
     COMMAND_CAPACITY, DELIVERY_CAPACITY, Delivery, EngineGone, EngineHandle, LoadReport,
 };
+pub use prompt::{BadRequest, PromptReader, PromptRequest, Route, TokenIds};
 
 use crate::engine::{Engine, EngineConfig, Role, SeqRequest};
 use router_actors::WorkerLink;
@@ -148,8 +150,9 @@ pub struct SimConfig {
     pub pull_timeout: Duration,
     /// The base URL to announce instead of `http://<bound addr>`.
     pub advertise: Option<String>,
-    /// Tokenizer and chat rendering; must be the routers' for their hashes to match.
-    pub prompter: crate::frontend::Prompter,
+    /// Parses bodies and tokenizes prompts; must tokenize as the routers do for their
+    /// hashes to match (default: [`TokenIds`], token-id prompts only).
+    pub prompts: Arc<dyn PromptReader>,
 }
 
 impl Default for SimConfig {
@@ -172,7 +175,7 @@ impl Default for SimConfig {
             default_max_tokens: 16,
             pull_timeout: Duration::from_secs(5),
             advertise: None,
-            prompter: crate::frontend::Prompter::default(),
+            prompts: Arc::new(TokenIds),
         }
     }
 }
@@ -307,12 +310,12 @@ impl SimWorker {
             cfg.clone(),
             handle.clone(),
         ));
-        let warm = cfg.prompter.clone().warm();
+        let warm = cfg.prompts.warm();
         let state = http::WorkerState::new(handle.clone(), cfg, host, addr.port(), http_client);
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(warm);
         let server = tokio::spawn(async move {
-            axum::serve(crate::frontend::nodelay(listener), http::app(state))
+            axum::serve(http::nodelay(listener), http::app(state))
                 .with_graceful_shutdown(async move {
                     let _ = rx.await;
                 })
@@ -432,7 +435,7 @@ async fn publish_load(
 }
 
 /// Builds the engine request of one HTTP request (for tests and the handlers).
-pub(crate) fn seq_request(
+fn seq_request(
     id: router_core::RequestId,
     tokens: Vec<u32>,
     max_tokens: u32,

@@ -11,9 +11,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
+use switchyard_system_tests::support::router_node_bin;
 
 fn router_node(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_router-node"))
+    Command::new(router_node_bin())
         .args(args)
         .output()
         .expect("the router-node binary runs")
@@ -82,7 +83,7 @@ fn the_http_demo_accounts_for_every_request_and_ends_idle() {
 /// until SIGTERM, then exits 0.
 #[test]
 fn without_once_the_node_keeps_serving_until_sigterm() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_router-node"))
+    let mut child = Command::new(router_node_bin())
         .args([
             "demo",
             "--listen",

@@ -1,10 +1,16 @@
-//! The frontend's Prometheus metrics (prometheus-client), served as text at `/metrics`.
+//! The node's Prometheus metrics (prometheus-client), served as text at the frontend's
+//! `/metrics`: the frontend's own families, recorded as requests go, and the node's actors'
+//! state, observed at each scrape.
+//!
+//! - `families.rs`: every family's declaration (name, help, type).
+//! - `scrape.rs`: [`NodeSources`] observes the node's actors at scrape time ([`NodeScrape`]).
+//! - `record.rs`: a [`NodeScrape`] written into that scrape's families, per kind of actor.
 //!
 //! Label values are bounded: `class` is a configured class name (or `unknown` for a request
 //! that failed before its class was known: an unreadable or unknown class header and, with
-//! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or `none`), `endpoint` is one
-//! of the two OpenAI routes and `reason` is a fixed label from `ApiError` /
-//! `RejectReason::label()`.
+//! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or
+//! `none`), `endpoint` is one of the two OpenAI routes and `reason` is a fixed label from
+//! `ApiError` / `RejectReason::label()`.
 //!
 //! - `switchyard_http_requests_total{endpoint,class}`: requests that reached admission or
 //!   failed before it.
@@ -28,7 +34,7 @@
 //!   out of a scrape.
 //!
 //! With a node attached ([`Metrics::with_node`]), every scrape also observes the node's
-//! actors (`crate::node_metrics`) and renders, fresh each time (a worker or class that is gone
+//! actors (`scrape.rs`) and renders, fresh each time (a worker or class that is gone
 //! leaves no stale series):
 //!
 //! - gauges `switchyard_queue_depth{pool,class}`, `switchyard_queue_tokens{pool,class}`;
@@ -53,28 +59,16 @@
 //! Every label is bounded: pools and kinds are fixed sets, classes come from the profile,
 //! `worker`/`dp_rank` are the registered workers' ranks. No request ids.
 
-use super::metrics_node::node_registry;
-use crate::node_metrics::{NodeScrape, NodeSources};
+mod families;
+mod record;
+mod scrape;
+
+pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, pool_label};
+
+use families::HttpFamilies;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
-
-pub(super) type Labels = Vec<(&'static str, String)>;
-type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
-
-fn latency_histogram() -> Histogram {
-    // 0.25 ms .. ~8 s.
-    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
-}
-
-fn wait_histogram() -> Histogram {
-    // 1 ms .. ~33 s; a direct admission (0) lands in the first bucket.
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
 
 /// The node components a scrape observes (the `component` label of scrape errors).
 const SCRAPED: [&str; 4] = ["router", "peer_sync", "kv_events", "registry"];
@@ -82,14 +76,7 @@ const SCRAPED: [&str; 4] = ["router", "peer_sync", "kv_events", "registry"];
 /// The frontend's metric set and its registry.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<Labels, Counter>,
-    rejections: Family<Labels, Counter>,
-    classified: Family<Labels, Counter>,
-    admission_latency: HistogramFamily,
-    queue_wait: HistogramFamily,
-    route: HistogramFamily,
-    inflight: Gauge,
-    scrape_errors: Family<Labels, Counter>,
+    http: HttpFamilies,
     /// The node observed at each scrape, if any.
     node: Option<NodeSources>,
 }
@@ -97,7 +84,7 @@ pub struct Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("inflight", &self.inflight.get())
+            .field("inflight", &self.http.inflight.get())
             .finish_non_exhaustive()
     }
 }
@@ -108,70 +95,17 @@ impl Default for Metrics {
     }
 }
 
+fn class_label(class: &str) -> Vec<(&'static str, String)> {
+    vec![("class", class.to_owned())]
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("switchyard");
-        let requests = Family::<Labels, Counter>::default();
-        let rejections = Family::<Labels, Counter>::default();
-        let classified = Family::<Labels, Counter>::default();
-        let admission_latency: HistogramFamily =
-            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
-        let queue_wait: HistogramFamily =
-            Family::new_with_constructor(wait_histogram as fn() -> Histogram);
-        let route: HistogramFamily =
-            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
-        let inflight = Gauge::default();
-        let scrape_errors = Family::<Labels, Counter>::default();
-        registry.register(
-            "http_requests",
-            "OpenAI requests received, by endpoint and policy class",
-            requests.clone(),
-        );
-        registry.register(
-            "http_rejections",
-            "Requests answered with an error, by policy class and reason",
-            rejections.clone(),
-        );
-        registry.register(
-            "classified_requests",
-            "Requests classified at the frontend, by policy class and classifier rule",
-            classified.clone(),
-        );
-        registry.register(
-            "admission_latency_seconds",
-            "Time from the route call to its admission outcome, by policy class",
-            admission_latency.clone(),
-        );
-        registry.register(
-            "http_inflight",
-            "Admitted requests still being proxied",
-            inflight.clone(),
-        );
-        registry.register(
-            "queue_wait_seconds",
-            "Time an admitted request spent in its class queue (0 when admitted directly), by policy class",
-            queue_wait.clone(),
-        );
-        registry.register(
-            "route_seconds",
-            "Admission latency minus queue wait (router round trip, gate, selection, booking), by policy class",
-            route.clone(),
-        );
-        registry.register(
-            "scrape_errors",
-            "Node actors gone or too slow to answer a scrape, left out of it, by component",
-            scrape_errors.clone(),
-        );
+        let http = HttpFamilies::register(&mut registry);
         Self {
             registry,
-            requests,
-            rejections,
-            classified,
-            admission_latency,
-            queue_wait,
-            route,
-            inflight,
-            scrape_errors,
+            http,
             node: None,
         }
     }
@@ -186,7 +120,8 @@ impl Metrics {
         for component in SCRAPED {
             // Present at 0 from the start.
             drop(
-                self.scrape_errors
+                self.http
+                    .scrape_errors
                     .get_or_create(&vec![("component", component.to_owned())]),
             );
         }
@@ -195,7 +130,8 @@ impl Metrics {
     }
 
     pub fn request(&self, endpoint: &'static str, class: &str) {
-        self.requests
+        self.http
+            .requests
             .get_or_create(&vec![
                 ("endpoint", endpoint.to_owned()),
                 ("class", class.to_owned()),
@@ -204,7 +140,8 @@ impl Metrics {
     }
 
     pub fn rejection(&self, class: &str, reason: &'static str) {
-        self.rejections
+        self.http
+            .rejections
             .get_or_create(&vec![
                 ("class", class.to_owned()),
                 ("reason", reason.to_owned()),
@@ -214,7 +151,8 @@ impl Metrics {
 
     /// A request classified into `class` by `rule` (`none`: no rule matched).
     pub fn classified(&self, class: &str, rule: &str) {
-        self.classified
+        self.http
+            .classified
             .get_or_create(&vec![
                 ("class", class.to_owned()),
                 ("rule", rule.to_owned()),
@@ -223,36 +161,38 @@ impl Metrics {
     }
 
     pub fn admission_latency(&self, class: &str, took: Duration) {
-        self.admission_latency
-            .get_or_create(&vec![("class", class.to_owned())])
+        self.http
+            .admission_latency
+            .get_or_create(&class_label(class))
             .observe(took.as_secs_f64());
     }
 
     /// An admission after `took` from the route call, `waited` of it in the class queue:
     /// admission latency, queue wait (0 on the direct path) and route time.
     pub fn admitted(&self, class: &str, took: Duration, waited: Duration) {
-        let labels = vec![("class", class.to_owned())];
-        self.admission_latency
+        let labels = class_label(class);
+        let http = &self.http;
+        http.admission_latency
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
-        self.queue_wait
+        http.queue_wait
             .get_or_create(&labels)
             .observe(waited.as_secs_f64());
-        self.route
+        http.route
             .get_or_create(&labels)
             .observe(took.saturating_sub(waited).as_secs_f64());
     }
 
     pub fn inflight_inc(&self) {
-        self.inflight.inc();
+        self.http.inflight.inc();
     }
 
     pub fn inflight_dec(&self) {
-        self.inflight.dec();
+        self.http.inflight.dec();
     }
 
     pub fn inflight(&self) -> i64 {
-        self.inflight.get()
+        self.http.inflight.get()
     }
 
     /// The Prometheus text exposition of the frontend's own metrics (no node state).
@@ -269,7 +209,8 @@ impl Metrics {
         };
         if let Some(scraped) = &scraped {
             for component in &scraped.failed {
-                self.scrape_errors
+                self.http
+                    .scrape_errors
                     .get_or_create(&vec![("component", (*component).to_owned())])
                     .inc();
             }
@@ -282,7 +223,9 @@ impl Metrics {
         let mut out = String::new();
         let encoded = encode_registry(&mut out, &self.registry)
             .and_then(|()| match node {
-                Some(node) => encode_registry(&mut out, &node_registry(node)),
+                Some(node) => {
+                    encode_registry(&mut out, &record::node_families(node).into_registry())
+                }
                 None => Ok(()),
             })
             .and_then(|()| encode_eof(&mut out));

@@ -1,7 +1,8 @@
 //! `worker --sim` over real HTTP: a reqwest client against [`SimWorker`]s on 127.0.0.1:0 and
-//! an in-process bus. Completions and chat, streaming and not; announcements, KV events and
-//! load on the bus; prefix reuse; cancel on disconnect; prefill staging, pull and stranding;
-//! bad bodies.
+//! an in-process bus, reading token-id prompts (the default reader). Completions, streaming
+//! and not; announcements, KV events and load on the bus; prefix reuse; cancel on
+//! disconnect; prefill staging, pull and stranding; bad bodies. Text and chat bodies, read
+//! with the router frontend's tokenizer, are tested in router-node (`sim_worker_text.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,9 +13,7 @@ use router_actors::wire::{self, Subjects, WorkerAnnounce, WorkerLoad};
 use router_core::hashing::local_block_hashes;
 use router_core::index::KvEventData;
 use router_core::{KvEvent, PoolRole, WorkerId};
-use router_node::engine::Role;
-use router_node::frontend::{PromptInput, tokenize};
-use router_node::worker::{SimConfig, SimWorker};
+use router_sim::{Role, SimConfig, SimWorker};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,7 +104,7 @@ async fn streaming_completion_emits_one_event_per_token_then_done() {
     let response = sim
         .post(
             "/v1/completions",
-            &json!({"model": "sim", "prompt": "hello there", "stream": true, "max_tokens": 3}),
+            &json!({"model": "sim", "prompt": [1, 2, 3, 4, 5, 6, 7], "stream": true, "max_tokens": 3}),
         )
         .await;
     assert_eq!(response.status(), 200);
@@ -120,8 +119,7 @@ async fn streaming_completion_emits_one_event_per_token_then_done() {
     }
     assert_eq!(events[3]["choices"][0]["finish_reason"], "length");
     assert_eq!(events[3]["usage"]["completion_tokens"], 3);
-    let prompt = tokenize(PromptInput::Text(vec!["hello there".into()])).await;
-    assert_eq!(events[3]["usage"]["prompt_tokens"], prompt.len());
+    assert_eq!(events[3]["usage"]["prompt_tokens"], 7);
     let load = sim.wait_load("idle", |l| l["running"] == 0).await;
     assert_eq!(load["finished"], 1);
     assert_eq!(load["output_tokens"], 3);
@@ -129,7 +127,7 @@ async fn streaming_completion_emits_one_event_per_token_then_done() {
 }
 
 #[tokio::test]
-async fn non_streaming_completion_and_chat() {
+async fn non_streaming_completion_models_and_health() {
     let sim = Sim::start(local_bus(), config(1, Role::Agg)).await;
     let body: Value = sim
         .post(
@@ -148,40 +146,6 @@ async fn non_streaming_completion_and_chat() {
         json!({"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
                "prompt_tokens_details": {"cached_tokens": 0}})
     );
-
-    let messages =
-        json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]);
-    let body: Value = sim
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "sim", "messages": messages, "max_tokens": 2}),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(body["object"], "chat.completion");
-    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
-    assert_eq!(body["choices"][0]["message"]["content"], "tok tok ");
-    let rendered = router_node::frontend::render_chat(Some(&messages)).unwrap();
-    let prompt = tokenize(PromptInput::Text(vec![rendered])).await;
-    assert_eq!(body["usage"]["prompt_tokens"], prompt.len());
-
-    let response = sim
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "sim", "messages": messages, "max_tokens": 2, "stream": true}),
-        )
-        .await;
-    let text = response.text().await.unwrap();
-    let events = events(&text);
-    assert_eq!(events.len(), 3, "{text}");
-    assert_eq!(events[0]["object"], "chat.completion.chunk");
-    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
-    assert_eq!(events[0]["choices"][0]["delta"]["content"], "tok ");
-    assert_eq!(events[1]["choices"][0]["delta"]["content"], "tok ");
-    assert_eq!(events[2]["choices"][0]["finish_reason"], "length");
-    assert!(text.trim_end().ends_with("data: [DONE]"));
 
     let models: Value = sim
         .http
@@ -244,15 +208,14 @@ async fn announcement_kv_events_and_load_arrive_on_the_bus() {
             > announce.seq
     );
 
-    // A text prompt: the stored blocks hash the router's tokens of it.
-    let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
-    let tokens = tokenize(PromptInput::Text(vec![text.clone()])).await;
+    // The stored blocks hash the prompt's tokens exactly as the router does.
+    let tokens: Vec<u32> = (100..170).collect();
     let expected = local_block_hashes(&tokens, 16, None);
-    assert!(expected.len() >= 4, "{} tokens", tokens.len());
+    assert_eq!(expected.len(), 4);
     let response = sim
         .post(
             "/v1/completions",
-            &json!({"model": "sim", "prompt": text, "max_tokens": 1}),
+            &json!({"model": "sim", "prompt": tokens, "max_tokens": 1}),
         )
         .await;
     assert_eq!(response.status(), 200);
@@ -398,8 +361,8 @@ async fn a_streaming_prefill_carries_the_params_in_its_first_event() {
     let prefill = Sim::start(local_bus(), config(1, Role::Prefill)).await;
     let text = prefill
         .post(
-            "/v1/chat/completions",
-            &json!({"model": "sim", "messages": [{"role": "user", "content": "hi"}],
+            "/v1/completions",
+            &json!({"model": "sim", "prompt": [1, 2, 3],
                     "stream": true, "kv_transfer_params": {"do_remote_decode": true}}),
         )
         .await
@@ -407,7 +370,7 @@ async fn a_streaming_prefill_carries_the_params_in_its_first_event() {
         .await
         .unwrap();
     let events = events(&text);
-    assert_eq!(events[0]["choices"][0]["delta"]["content"], "tok ");
+    assert_eq!(events[0]["choices"][0]["text"], "tok ");
     assert_eq!(events[0]["kv_transfer_params"]["do_remote_prefill"], true);
     assert!(events[0]["kv_transfer_params"]["request_id"].is_string());
     assert_eq!(prefill.load().await["staged"], 1);
@@ -474,44 +437,45 @@ async fn a_prefill_worker_without_remote_decode_frees_at_once() {
 async fn bad_bodies_are_400s_naming_the_field() {
     let sim = Sim::start(local_bus(), config(1, Role::Agg)).await;
     let cases = [
-        (json!({"prompt": "x"}), "model"),
+        (json!({"prompt": [1]}), "model"),
+        (json!({"model": "sim", "prompt": "text"}), "prompt"),
         (json!({"model": "sim"}), "prompt"),
         (json!({"model": "sim", "prompt": {"a": 1}}), "prompt"),
         (json!({"model": "sim", "prompt": []}), "prompt"),
         (
-            json!({"model": "sim", "prompt": "x", "max_tokens": -1}),
+            json!({"model": "sim", "prompt": [1], "max_tokens": -1}),
             "max_tokens",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "max_tokens": 0}),
+            json!({"model": "sim", "prompt": [1], "max_tokens": 0}),
             "max_tokens",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "max_tokens": 10_000_000_000u64}),
+            json!({"model": "sim", "prompt": [1], "max_tokens": 10_000_000_000u64}),
             "max_tokens",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "max_tokens": 1_000_000}),
+            json!({"model": "sim", "prompt": [1], "max_tokens": 1_000_000}),
             "prompt",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "stream": "yes"}),
+            json!({"model": "sim", "prompt": [1], "stream": "yes"}),
             "stream",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "cache_salt": 3}),
+            json!({"model": "sim", "prompt": [1], "cache_salt": 3}),
             "cache_salt",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "kv_transfer_params": 1}),
+            json!({"model": "sim", "prompt": [1], "kv_transfer_params": 1}),
             "kv_transfer_params",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "kv_transfer_params": {"do_remote_prefill": true}}),
+            json!({"model": "sim", "prompt": [1], "kv_transfer_params": {"do_remote_prefill": true}}),
             "kv_transfer_params.remote_host",
         ),
         (
-            json!({"model": "sim", "prompt": "x", "kv_transfer_params":
+            json!({"model": "sim", "prompt": [1], "kv_transfer_params":
                 {"do_remote_prefill": true, "remote_host": "h", "remote_port": 70000}}),
             "kv_transfer_params.remote_port",
         ),

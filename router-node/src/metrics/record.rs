@@ -1,0 +1,187 @@
+//! One scrape's node state written into its metric families, one small function per kind
+//! of actor: routers (queues, ledgers, admission counters, peer-sync lag), peer-sync actors,
+//! KV-events actors, the worker registry and the room bus. Every label is bounded: pools and
+//! kinds are fixed sets, classes come from the profile, `worker`/`dp_rank` are registered
+//! workers' ranks.
+
+use super::families::{Labels, NodeFamilies};
+use super::scrape::{NodeScrape, RoomCounts, pool_label};
+use router_actors::kv_events::KvEventsSnapshot;
+use router_actors::peer_sync::PeerSyncSnapshot;
+use router_actors::registry::RegistrySnapshot;
+use router_actors::router::RouterSnapshot;
+use router_core::PoolRole;
+use std::time::Duration;
+
+/// The node families of `node`.
+pub(super) fn node_families(node: &NodeScrape) -> NodeFamilies {
+    let f = NodeFamilies::default();
+    for (pool, snapshot) in &node.routers {
+        router(&f, node, *pool, snapshot);
+    }
+    for (pool, snapshot) in &node.peer_syncs {
+        peer_sync(&f, *pool, snapshot);
+    }
+    for (pool, snapshot) in &node.kv_events {
+        kv_events(&f, *pool, snapshot);
+    }
+    if let Some(snapshot) = &node.registry {
+        registry(&f, snapshot);
+    }
+    room(&f, &node.room);
+    f
+}
+
+/// A `u64` as a gauge value (saturating at `i64::MAX`).
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+/// Microseconds as seconds.
+fn us_to_secs(us: u64) -> f64 {
+    Duration::from_micros(us).as_secs_f64()
+}
+
+/// A router's class queues, its view of the ledger per rank, its admission counters and
+/// its peer-sync lag.
+fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &RouterSnapshot) {
+    let pool = pool_label(pool);
+    let scheduler = &snapshot.scheduler;
+    for class in &scheduler.queue.classes {
+        let l = labels([
+            ("pool", pool),
+            ("class", node.class_name(class.class.index())),
+        ]);
+        f.queue_depth
+            .get_or_create(&l)
+            .set(gauge_value(class.len as u64));
+        f.queue_tokens
+            .get_or_create(&l)
+            .set(gauge_value(class.tokens));
+    }
+    for rank in &scheduler.ledger.ranks {
+        let worker = rank.rank.worker.0.to_string();
+        let dp_rank = rank.rank.dp_rank.to_string();
+        let l = labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)]);
+        f.booked_prefill
+            .get_or_create(&l)
+            .set(gauge_value(rank.prefill_tokens));
+        f.booked_decode
+            .get_or_create(&l)
+            .set(gauge_value(rank.decode_blocks));
+        f.reserved_decode
+            .get_or_create(&l)
+            .set(gauge_value(rank.reserved_blocks));
+        f.worker_requests
+            .get_or_create(&l)
+            .set(i64::from(rank.requests));
+    }
+    let stats = &scheduler.stats;
+    for (outcome, value) in [
+        ("admitted", stats.admitted),
+        ("queued", stats.queued),
+        ("rejected", stats.rejected),
+        ("admitted_upstream", stats.admitted_upstream),
+    ] {
+        f.admissions
+            .get_or_create(&labels([("pool", pool), ("outcome", outcome)]))
+            .inc_by(value);
+    }
+    f.room_queries
+        .get_or_create(&labels([("pool", pool)]))
+        .inc_by(stats.room_queries);
+    let peer_lag = &snapshot.peer_lag_us;
+    for (quantile, us) in [("0.5", peer_lag.p50_us), ("0.99", peer_lag.p99_us)] {
+        f.lag
+            .get_or_create(&labels([("pool", pool), ("quantile", quantile)]))
+            .set(us_to_secs(us));
+    }
+    f.lag_samples
+        .get_or_create(&labels([("pool", pool)]))
+        .inc_by(peer_lag.count);
+}
+
+/// A component's wire decoding errors, by kind.
+fn decode_errors(
+    f: &NodeFamilies,
+    component: &str,
+    [malformed, unknown_version, foreign]: [u64; 3],
+) {
+    for (kind, value) in [
+        ("malformed", malformed),
+        ("unknown_version", unknown_version),
+        ("foreign_cluster", foreign),
+    ] {
+        f.decode_errors
+            .get_or_create(&labels([("component", component), ("kind", kind)]))
+            .inc_by(value);
+    }
+}
+
+fn peer_sync(f: &NodeFamilies, pool: PoolRole, snapshot: &PeerSyncSnapshot) {
+    let l = labels([("pool", pool_label(pool))]);
+    let counters = &snapshot.counters;
+    f.gaps.get_or_create(&l).inc_by(counters.gaps);
+    f.snapshots_applied
+        .get_or_create(&l)
+        .inc_by(counters.snapshots_applied);
+    f.expired_peers
+        .get_or_create(&l)
+        .inc_by(counters.expired_peers);
+    let e = &snapshot.decode_errors;
+    decode_errors(
+        f,
+        "peer_sync",
+        [e.malformed, e.unknown_version, e.foreign_cluster],
+    );
+}
+
+fn kv_events(f: &NodeFamilies, pool: PoolRole, snapshot: &KvEventsSnapshot) {
+    let pool = pool_label(pool);
+    let events = &snapshot.counters.events;
+    for (kind, value) in [
+        ("stored", events.stored),
+        ("removed", events.removed),
+        ("cleared", events.cleared),
+    ] {
+        f.kv_events
+            .get_or_create(&labels([("pool", pool), ("kind", kind)]))
+            .inc_by(value);
+    }
+    let e = &snapshot.edge;
+    decode_errors(
+        f,
+        "kv_events",
+        [e.malformed, e.unknown_version, e.foreign_cluster],
+    );
+}
+
+fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
+    for pool in &snapshot.pools {
+        let count = snapshot.workers.iter().filter(|w| w.pool == *pool).count();
+        f.registered_workers
+            .get_or_create(&labels([("pool", pool_label(*pool))]))
+            .set(gauge_value(count as u64));
+    }
+    let e = &snapshot.edge;
+    decode_errors(
+        f,
+        "registry",
+        [e.malformed, e.unknown_version, e.foreign_cluster],
+    );
+}
+
+fn room(f: &NodeFamilies, room: &RoomCounts) {
+    decode_errors(
+        f,
+        "room",
+        [room.malformed, room.unknown_version, room.foreign_cluster],
+    );
+    f.room_published.inc_by(room.published);
+    f.room_publish_errors.inc_by(room.publish_errors);
+    f.room_received.inc_by(room.received);
+}

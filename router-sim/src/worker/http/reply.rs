@@ -1,0 +1,231 @@
+//! The OpenAI answers of the simulated worker: one JSON body once the engine finished the
+//! request, or SSE events as its tokens arrive (one per token, a final one with `usage`,
+//! then `[DONE]`); a staging prefill's `kv_transfer_params` ride along. A response dropped
+//! before the end (the client left) cancels the sequence.
+
+use super::super::engine_task::{Delivery, EngineHandle};
+use super::super::prompt::Route;
+use super::{TOKEN_TEXT, engine_gone};
+use axum::Json;
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use router_core::RequestId;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use tokio::sync::mpsc;
+
+/// Cancels the sequence when the response is dropped before the engine finished it.
+pub(super) struct CancelGuard {
+    pub(super) engine: EngineHandle,
+    pub(super) id: RequestId,
+    pub(super) armed: bool,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine.cancel(self.id);
+        }
+    }
+}
+
+/// Everything a response needs besides the tokens.
+pub(super) struct Reply {
+    pub(super) route: Route,
+    pub(super) completion_id: String,
+    pub(super) created: u64,
+    pub(super) model: String,
+    pub(super) prompt_tokens: usize,
+    /// Set for a staging prefill request.
+    pub(super) transfer: Option<Value>,
+}
+
+impl Reply {
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.route, stream) {
+            (Route::Completions, _) => "text_completion",
+            (Route::Chat, true) => "chat.completion.chunk",
+            (Route::Chat, false) => "chat.completion",
+        }
+    }
+
+    /// vLLM's usage, with `prompt_tokens_details.cached_tokens`: the prompt tokens the
+    /// engine found in its prefix cache.
+    fn usage(&self, completion: u64, cached: u32) -> Value {
+        let prompt = self.prompt_tokens as u64;
+        json!({"prompt_tokens": prompt, "completion_tokens": completion,
+               "total_tokens": prompt + completion,
+               "prompt_tokens_details": {"cached_tokens": cached}})
+    }
+
+    fn chunk(&self, choice: Value, extra: Option<(&str, Value)>) -> bytes::Bytes {
+        let mut body = json!({
+            "id": self.completion_id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [choice],
+        });
+        if let (Some((key, value)), Value::Object(map)) = (extra, &mut body) {
+            map.insert(key.to_owned(), value);
+        }
+        bytes::Bytes::from(format!("data: {body}\n\n"))
+    }
+
+    /// An SSE event with every field of `extra` (an object) at the top level.
+    fn chunk_with(&self, choice: Value, extra: Value) -> bytes::Bytes {
+        let mut body = json!({
+            "id": self.completion_id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [choice],
+        });
+        if let (Value::Object(extra), Value::Object(map)) = (extra, &mut body) {
+            map.extend(extra);
+        }
+        bytes::Bytes::from(format!("data: {body}\n\n"))
+    }
+
+    fn token_choice(&self, first: bool) -> Value {
+        match self.route {
+            Route::Completions => {
+                json!({"index": 0, "text": TOKEN_TEXT, "finish_reason": null})
+            }
+            Route::Chat if first => json!({"index": 0,
+                "delta": {"role": "assistant", "content": TOKEN_TEXT}, "finish_reason": null}),
+            Route::Chat => {
+                json!({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": null})
+            }
+        }
+    }
+
+    fn final_choice(&self) -> Value {
+        match self.route {
+            Route::Completions => json!({"index": 0, "text": "", "finish_reason": "length"}),
+            Route::Chat => json!({"index": 0, "delta": {}, "finish_reason": "length"}),
+        }
+    }
+
+    fn full(&self, completion: u64, cached: u32) -> Value {
+        let text = TOKEN_TEXT.repeat(usize::try_from(completion).unwrap_or(0));
+        let choice = match self.route {
+            Route::Completions => {
+                json!({"index": 0, "text": text, "finish_reason": "length", "logprobs": null})
+            }
+            Route::Chat => json!({"index": 0,
+                "message": {"role": "assistant", "content": text}, "finish_reason": "length"}),
+        };
+        let mut body = json!({
+            "id": self.completion_id, "object": self.object(false), "created": self.created,
+            "model": self.model, "choices": [choice], "usage": self.usage(completion, cached),
+        });
+        if let (Some(params), Value::Object(map)) = (&self.transfer, &mut body) {
+            map.insert("kv_transfer_params".to_owned(), params.clone());
+        }
+        body
+    }
+}
+
+pub(super) async fn collect_response(
+    reply: Reply,
+    mut deliveries: mpsc::Receiver<Delivery>,
+    mut guard: CancelGuard,
+) -> Response {
+    let mut completion = 0u64;
+    loop {
+        match deliveries.recv().await {
+            Some(d) => {
+                completion += u64::from(d.tokens);
+                if d.finished {
+                    guard.armed = false;
+                    return Json(reply.full(completion, d.cached_tokens)).into_response();
+                }
+            }
+            None => return engine_gone(),
+        }
+    }
+}
+
+struct StreamState {
+    reply: Reply,
+    deliveries: mpsc::Receiver<Delivery>,
+    guard: CancelGuard,
+    out: VecDeque<bytes::Bytes>,
+    sent_tokens: u64,
+    done: bool,
+}
+
+pub(super) fn stream_response(
+    reply: Reply,
+    deliveries: mpsc::Receiver<Delivery>,
+    guard: CancelGuard,
+) -> Response {
+    let state = StreamState {
+        reply,
+        deliveries,
+        guard,
+        out: VecDeque::new(),
+        sent_tokens: 0,
+        done: false,
+    };
+    let stream = futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(chunk) = st.out.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(chunk), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.deliveries.recv().await {
+                Some(d) => st.push(d),
+                None => {
+                    st.done = true;
+                    st.out.push_back(bytes::Bytes::from_static(
+                        b"data: {\"error\":{\"message\":\"the simulated engine has stopped\",\"type\":\"engine_stopped\"}}\n\n",
+                    ));
+                }
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| engine_gone())
+}
+
+impl StreamState {
+    fn push(&mut self, d: Delivery) {
+        for i in 0..d.tokens {
+            let first = self.sent_tokens == 0;
+            // The staged KV's parameters ride on the first event of the finishing delivery.
+            let extra = (d.finished && i == 0)
+                .then(|| self.reply.transfer.clone())
+                .flatten()
+                .map(|p| ("kv_transfer_params", p));
+            let chunk = self.reply.chunk(self.reply.token_choice(first), extra);
+            self.out.push_back(chunk);
+            self.sent_tokens += 1;
+        }
+        if d.finished {
+            self.guard.armed = false;
+            self.done = true;
+            let usage = self.reply.usage(self.sent_tokens, d.cached_tokens);
+            let mut chunk = self
+                .reply
+                .chunk(self.reply.final_choice(), Some(("usage", usage)));
+            if d.tokens == 0
+                && let Some(params) = self.reply.transfer.clone()
+            {
+                let mut usage_and_params =
+                    json!({"usage": self.reply.usage(self.sent_tokens, d.cached_tokens)});
+                if let Value::Object(map) = &mut usage_and_params {
+                    map.insert("kv_transfer_params".to_owned(), params);
+                }
+                chunk = self
+                    .reply
+                    .chunk_with(self.reply.final_choice(), usage_and_params);
+            }
+            self.out.push_back(chunk);
+            self.out
+                .push_back(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Switchyard's whole-system tests. The tests in `tests/` start real processes (nats-server,
+//! `router-node serve` nodes, `router-node worker --sim` workers; later load balancers and real
+//! engines) and talk to them over real sockets, as an operator would. Tests that build the app
+//! or the actors in-process stay in their own crate.
+//!
+//! This library is only their [`support`]: finding the `router-node` binary, starting the
+//! processes on ports they pick themselves, stopping them and reading what they printed.
+
+pub mod support;

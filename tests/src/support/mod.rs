@@ -1,0 +1,165 @@
+//! What the whole-system tests share: the `router-node` binary, scratch directories, one-shot
+//! runs of the binary, and long-running processes ([`process`]): a nats-server, router nodes
+//! and simulated workers, each on a port it picks itself.
+//!
+//! # Which `router-node` binary
+//!
+//! Cargo gives a test the path of a binary only from the binary's own package
+//! (`CARGO_BIN_EXE_<name>`), and a test must not run `cargo build` itself (the outer cargo may
+//! hold the build lock, and a build with other features would replace the binary under the
+//! other tests). So [`router_node_bin`] takes, in this order:
+//!
+//! 1. `$SWITCHYARD_ROUTER_NODE_BIN`, when set (any build, e.g. a release binary);
+//! 2. `router-node` in the profile directory of this test executable
+//!    (`target/<profile>/deps/<test>` → `target/<profile>/router-node`), which
+//!    `cargo test --workspace` (and so `scripts/test.sh`) builds before it runs any test.
+//!
+//! A missing binary fails the test with the command that fixes it (`cargo build -p
+//! router-node`). So does one older than a source file it was built from, when Cargo's
+//! dep-info about it (`target/<profile>/router-node.d`, which `cargo build` writes) is there:
+//! a test never runs old code unnoticed after `cargo build`, and `cargo test --workspace`
+//! rebuilds the binary before any test runs.
+
+pub mod process;
+
+pub use process::{NodeBus, Proc, RouterNode, SimWorker, Stopped};
+pub use router_actors::testkit::NatsServer;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+/// Overrides where the `router-node` binary is.
+pub const BIN_ENV: &str = "SWITCHYARD_ROUTER_NODE_BIN";
+
+/// Environment variables a node reads; removed from every child so the caller's shell
+/// cannot change a test.
+pub const NODE_ENV: [&str; 4] = [
+    "SWITCHYARD_CLUSTER",
+    "SWITCHYARD_HTTP_LISTEN",
+    "SWITCHYARD_NATS_URL",
+    "SWITCHYARD_OTLP_ENDPOINT",
+];
+
+/// The `router-node` binary under test (see the module doc). Panics with the fix when there
+/// is none or it is older than the sources.
+pub fn router_node_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(locate) {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// The workspace's root directory (this crate sits in `tests/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A `router-node` command with the node's environment variables removed.
+pub fn router_node() -> Command {
+    let mut command = Command::new(router_node_bin());
+    for var in NODE_ENV {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// Runs `router-node args...` to the end.
+pub fn run(args: &[&str]) -> Output {
+    router_node()
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", router_node_bin().display()))
+}
+
+/// A fresh directory under the system's temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-system-{tag}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` in the directory and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn locate() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(BIN_ENV) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{BIN_ENV}={} is not a file", path.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this test: {e}"))?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
+    let bin = profile_dir.join(format!("router-node{}", std::env::consts::EXE_SUFFIX));
+    let fix = format!(
+        "build it with `cargo build -p router-node` (the profile of these tests: {}), run \
+         `cargo test --workspace`, or set {BIN_ENV}",
+        profile_dir.display()
+    );
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .map_err(|e| format!("no router-node binary at {} ({e}): {fix}", bin.display()))?;
+    if let Some(source) = newer_source(&bin, built) {
+        return Err(format!(
+            "the router-node binary at {} is older than {}: {fix}",
+            bin.display(),
+            source.display()
+        ));
+    }
+    Ok(bin)
+}
+
+/// A source file the binary was built from that changed since: Cargo's dep-info next to the
+/// binary (`router-node.d`, written by `cargo build`) lists every file of the workspace that
+/// went into it. No dep-info, or one about another binary (a copied target directory), no
+/// check.
+fn newer_source(bin: &Path, built: SystemTime) -> Option<PathBuf> {
+    let dep_info = std::fs::read_to_string(bin.with_file_name("router-node.d")).ok()?;
+    let (target, sources) = dep_info.lines().next()?.split_once(": ")?;
+    let same = |a: &Path, b: &Path| a.canonicalize().ok() == b.canonicalize().ok();
+    if !same(Path::new(&target.replace("\\ ", " ")), bin) {
+        return None;
+    }
+    // Spaces inside a path are escaped as `\ `.
+    let sources = sources.replace("\\ ", "\u{0}");
+    sources
+        .split_whitespace()
+        .map(|s| PathBuf::from(s.replace('\u{0}', " ")))
+        .find(|path| {
+            std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|changed| changed > built)
+        })
+}

@@ -1,0 +1,282 @@
+//! Long-running `router-node` processes of a test: a node (`serve`) and a simulated worker
+//! (`worker --sim`). Each binds port 0 and reports the address it got (the node in its JSON
+//! log line "serving the OpenAI API", the worker on its first stdout line), so tests never
+//! race for a free port. Their output is collected for the assertion messages; dropping one
+//! kills it, [`Proc::stop`] sends SIGTERM and waits for a clean exit.
+
+use super::{TempDir, router_node};
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a process may take to start serving (a debug build on a loaded machine).
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a process may take to exit after SIGTERM.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How a process ended and what it printed.
+#[derive(Debug)]
+pub struct Stopped {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A child process whose stdout and stderr are read line by line on two threads.
+#[derive(Debug)]
+pub struct Proc {
+    name: String,
+    child: Child,
+    lines: Receiver<String>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Spawns `router-node args...`; `name` is how messages call it.
+    pub fn spawn(name: &str, args: &[&str]) -> Self {
+        let mut child = router_node()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let (tx, lines) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(read_lines(out, Arc::clone(&stdout), tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(read_lines(err, Arc::clone(&stderr), tx));
+        }
+        Self {
+            name: name.to_owned(),
+            child,
+            lines,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The first output line (stdout or stderr) for which `pick` gives a value. Panics with
+    /// the output so far when none comes within `timeout` or the process exits first.
+    pub fn wait_for<T>(&mut self, timeout: Duration, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(value) = pick(&line) {
+                        return value;
+                    }
+                }
+                Err(_) => panic!(
+                    "{} printed nothing expected within {timeout:?} (exit: {:?})\n{}",
+                    self.name,
+                    self.child.try_wait().ok().flatten(),
+                    self.output()
+                ),
+            }
+        }
+    }
+
+    /// Everything printed so far.
+    pub fn output(&self) -> String {
+        let read = |buf: &Arc<Mutex<String>>| buf.lock().map(|s| s.clone()).unwrap_or_default();
+        format!(
+            "--- stdout\n{}--- stderr\n{}",
+            read(&self.stdout),
+            read(&self.stderr)
+        )
+    }
+
+    /// SIGTERM, then waits for the exit (killing it after [`STOP_TIMEOUT`]).
+    pub fn stop(mut self) -> Stopped {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "cannot signal {}",
+            self.name
+        );
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+                _ => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "{} did not exit within {STOP_TIMEOUT:?} of SIGTERM\n{}",
+                        self.name,
+                        self.output()
+                    );
+                }
+            }
+        };
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        let take = |buf: &Arc<Mutex<String>>| buf.lock().map(|s| s.clone()).unwrap_or_default();
+        Stopped {
+            code: status.code(),
+            stdout: take(&self.stdout),
+            stderr: take(&self.stderr),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+const POLL: Duration = Duration::from_millis(20);
+
+fn read_lines(
+    from: impl Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+    tx: Sender<String>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(mut all) = into.lock() {
+                all.push_str(&line);
+                all.push('\n');
+            }
+            // The test may have stopped listening; the line is still kept above.
+            let _ = tx.send(line);
+        }
+    })
+}
+
+/// Where a node's bus is.
+#[derive(Debug, Clone)]
+pub enum NodeBus {
+    /// One process, no NATS (no workers from outside can join).
+    InProcess,
+    Nats(String),
+}
+
+/// A `router-node serve` process.
+#[derive(Debug)]
+pub struct RouterNode {
+    proc: Proc,
+    url: String,
+    config: PathBuf,
+    _dir: TempDir,
+}
+
+impl RouterNode {
+    /// Starts a node of `cluster` on `bus`, serving on 127.0.0.1 on a port of its own, with
+    /// JSON logs. `extra` is appended to its config file (any table but `[node]`, `[http]`,
+    /// `[bus]` and `[telemetry]`, which this writes). Returns once it serves HTTP.
+    pub fn start(name: &str, cluster: &str, bus: &NodeBus, extra: &str) -> Self {
+        let dir = TempDir::new("node");
+        let bus = match bus {
+            NodeBus::InProcess => "kind = \"in-process\"".to_owned(),
+            NodeBus::Nats(url) => format!("kind = \"nats\"\nnats_url = \"{url}\""),
+        };
+        let config = dir.write(
+            "node.toml",
+            &format!(
+                "[node]\ncluster = \"{cluster}\"\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
+                 drain_timeout_ms = 2000\n\n[bus]\n{bus}\n\n[telemetry]\nlog_format = \"json\"\n\n\
+                 {extra}\n"
+            ),
+        );
+        let config_arg = config.to_string_lossy().into_owned();
+        let mut proc = Proc::spawn(name, &["serve", "--config", &config_arg]);
+        let listen = proc.wait_for(START_TIMEOUT, |line| {
+            let event: serde_json::Value = serde_json::from_str(line).ok()?;
+            let fields = &event["fields"];
+            (fields["message"] == "serving the OpenAI API")
+                .then(|| fields["listen"].as_str().map(str::to_owned))
+                .flatten()
+        });
+        Self {
+            proc,
+            url: format!("http://{listen}"),
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The config file it was started with.
+    pub fn config(&self) -> &PathBuf {
+        &self.config
+    }
+
+    pub fn output(&self) -> String {
+        self.proc.output()
+    }
+
+    pub fn stop(self) -> Stopped {
+        self.proc.stop()
+    }
+}
+
+/// A `router-node worker --sim` process.
+#[derive(Debug)]
+pub struct SimWorker {
+    proc: Proc,
+    url: String,
+}
+
+impl SimWorker {
+    /// Starts a simulated worker with `args` after `worker --sim --listen 127.0.0.1:0`
+    /// (`--standalone`, or `--nats URL --cluster C --worker-id N ...`). Returns once it
+    /// serves HTTP.
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let mut all = vec!["worker", "--sim", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut proc = Proc::spawn(name, &all);
+        let url = proc.wait_for(START_TIMEOUT, |line| {
+            line.split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .map(str::to_owned)
+        });
+        Self { proc, url }
+    }
+
+    /// Its OpenAI-compatible base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn id(&self) -> u32 {
+        self.proc.id()
+    }
+
+    pub fn output(&self) -> String {
+        self.proc.output()
+    }
+
+    pub fn stop(self) -> Stopped {
+        self.proc.stop()
+    }
+}
