@@ -13,15 +13,15 @@
 
 use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
-use crate::router::ActorGone;
+use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
 use crate::wire::{Envelope, KvEventBatch, SeqEvent, SeqTracker, Subjects};
-use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::index::EventKind;
 use router_core::{PoolRole, SharedKvIndex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,8 @@ pub struct KvEventsState {
     publishers: HashMap<Uuid, Publisher>,
     counters: KvEventsCounters,
     inbox: Arc<Inbox>,
-    forwarder: Option<tokio::task::JoinHandle<()>>,
+    /// The subscription's forwarder; aborted with this state.
+    forwarder: OwnedTasks,
 }
 
 impl KvEventsState {
@@ -244,7 +245,7 @@ impl Actor for KvEventsActor {
             publishers: HashMap::new(),
             counters: KvEventsCounters::default(),
             inbox,
-            forwarder: Some(forwarder),
+            forwarder: OwnedTasks::new(vec![forwarder]),
         })
     }
 
@@ -271,25 +272,38 @@ impl Actor for KvEventsActor {
         _myself: ActorRef<KvEventsMsg>,
         state: &mut KvEventsState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(task) = state.forwarder.take() {
-            task.abort();
-        }
+        state.forwarder.abort_all();
         Ok(())
     }
 }
 
-/// The typed handle of a KvEventsActor.
+/// The typed handle of a KvEventsActor; it follows the actor in its slot across restarts.
 #[derive(Debug, Clone)]
 pub struct KvEventsHandle {
-    actor: ActorRef<KvEventsMsg>,
+    slot: ActorSlot<KvEventsMsg>,
+    call_timeout: Duration,
 }
 
 impl KvEventsHandle {
     pub fn new(actor: ActorRef<KvEventsMsg>) -> Self {
-        Self { actor }
+        Self::from_slot(ActorSlot::new(actor))
     }
 
-    /// Spawns the actor (subscribed before this returns) and returns its handle.
+    /// A handle on the actor in `slot`.
+    pub fn from_slot(slot: ActorSlot<KvEventsMsg>) -> Self {
+        Self {
+            slot,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// The same handle, waiting at most `timeout` for `observe`.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Spawns the actor unsupervised (subscribed before this returns) and returns its handle.
     pub async fn spawn(
         name: Option<String>,
         args: KvEventsArgs,
@@ -298,14 +312,32 @@ impl KvEventsHandle {
         Ok((Self::new(actor), join))
     }
 
-    pub fn actor(&self) -> &ActorRef<KvEventsMsg> {
-        &self.actor
+    /// The current actor (none between a failure and its restart).
+    pub fn actor(&self) -> Option<ActorRef<KvEventsMsg>> {
+        self.slot.get()
     }
 
-    pub async fn observe(&self) -> Result<KvEventsSnapshot, ActorGone> {
-        match self.actor.call(KvEventsMsg::Observe, None).await {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
-        }
+    pub async fn observe(&self) -> Result<KvEventsSnapshot, CallError> {
+        self.slot
+            .call(KvEventsMsg::Observe, self.call_timeout)
+            .await
     }
+}
+
+/// A supervisor child that (re)starts a KvEventsActor linked to the supervisor from `args`
+/// and points `slot` at it. The index lives in `args.index`, so a restart keeps it.
+pub fn kv_events_child(
+    name: impl Into<String>,
+    args: KvEventsArgs,
+    slot: ActorSlot<KvEventsMsg>,
+) -> ChildSpec {
+    ChildSpec::new(name, move |supervisor| {
+        let args = args.clone();
+        let slot = slot.clone();
+        Box::pin(async move {
+            let (actor, _) = Actor::spawn_linked(None, KvEventsActor, args, supervisor).await?;
+            slot.set(actor.clone());
+            Ok(actor.get_cell())
+        })
+    })
 }

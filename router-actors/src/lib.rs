@@ -8,8 +8,10 @@
 //! - `router`: the RouterActor of one pool and its typed handle.
 //! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
-//! - `supervisor`: the NodeSupervisor, its restart policy, actor slots and the in-flight registry.
-//! - `testkit`: test support, spawns processes (a real nats-server for the NATS bus tests).
+//! - `supervisor`: the NodeSupervisor, its restart policy, child specs, actor slots (and calls
+//!   through them with a timeout), tasks owned by an actor's state, the in-flight registry.
+//! - `testkit` (feature `testsuite`, for tests only): spawns processes (a real nats-server for
+//!   the NATS bus tests) and fault-injecting buses.
 //! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
 //!   removals on the pools' routers, and the endpoint directory the frontend reads.
 //! - `kv_events`: the KvEventsActor of one pool: workers' KV events into the router's index,
@@ -32,6 +34,7 @@ pub mod room_bus;
 pub mod room_view;
 pub mod router;
 pub mod supervisor;
+#[cfg(feature = "testsuite")]
 pub mod testkit;
 pub mod wire;
 pub mod worker_link;
@@ -40,12 +43,16 @@ pub mod worker_link;
 mod workers_tests;
 
 pub use clock::Clock;
-pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg};
+pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg, kv_events_child};
 pub use lag::LagSummary;
 pub use node::{Node, NodeConfig, NodeError, Topology};
-pub use peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg};
+pub use peer_sync::{
+    DeltaFeed, PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg,
+    peer_sync_child,
+};
 pub use registry::{
-    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor,
+    RegistryArgs, RegistryHandle, RegistryMsg, RegistryShared, WorkerRegistryActor, registry_child,
 };
 pub use router::{OwnDelta, Paired, RouteError, RouterActor, RouterArgs, RouterHandle, RouterMsg};
+pub use supervisor::{CallError, DEFAULT_CALL_TIMEOUT};
 pub use worker_link::WorkerLink;

@@ -3,29 +3,33 @@
 //! ```text
 //! NodeSupervisor
 //!  ├─ RouterActor(pool)        one per pool; restarted with its in-flight bookings
-//!  ├─ PeerSyncActor(pool)      own deltas out, peers' in; failure escalates (see below)
-//!  ├─ KvEventsActor(pool)      workers' KV events into the pool's router
+//!  ├─ PeerSyncActor(pool)      own deltas out, peers' in; restarted on the same delta queue
+//!  ├─ KvEventsActor(pool)      workers' KV events into the pool's shared index
 //!  └─ WorkerRegistryActor      announcements and leases for every pool
 //! + room tasks (disaggregated): the decode pool's RoomChanged out on the bus, other nodes'
 //!   RoomChanged into the prefill actor
 //! ```
 //!
-//! Handles follow restarts through their actor slots. A PeerSyncActor owns the receiving end
-//! of its router's delta channel, which cannot be handed to a second incarnation: its failure
-//! spends the restart budget and escalates, stopping the node (the process supervisor — e.g.
-//! Kubernetes — restarts it, and peers expire its bookings after its lease).
+//! Every child is a [`ChildSpec`](crate::supervisor::ChildSpec) that spawns its actor linked to the supervisor from
+//! arguments it can build again, and points the child's [`ActorSlot`] at it; the node keeps
+//! only slot-backed handles, so every handle follows a restart. A child that fails too often
+//! makes the supervisor escalate: it stops, and [`Node::alive`] turns false (`/health` fails;
+//! the process supervisor — e.g. Kubernetes — restarts the process, and peers expire its
+//! bookings after its lease).
 
 use crate::bus::Bus;
 use crate::clock::Clock;
-use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle};
-use crate::peer_sync::{PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle};
-use crate::registry::{RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared};
+use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle, kv_events_child};
+use crate::peer_sync::{PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, peer_sync_child};
+use crate::registry::{
+    RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared, registry_child,
+};
 use crate::room_bus::{RoomBusCounters, spawn_room_publisher, spawn_room_subscriber};
 use crate::room_view::room_channel;
 use crate::router::{OwnDelta, Paired, RouterArgs, RouterHandle, router_child};
 use crate::supervisor::{
-    ActorSlot, ChildSpec, InflightRegistry, NodeSupervisor, RestartPolicy, SupervisorArgs,
-    SupervisorMsg,
+    ActorSlot, DEFAULT_CALL_TIMEOUT, InflightRegistry, NodeSupervisor, RestartPolicy,
+    SupervisorArgs, SupervisorMsg,
 };
 use crate::wire::Subjects;
 use ractor::{Actor, ActorRef, SpawnErr};
@@ -33,7 +37,7 @@ use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig,
     SelectionConfig, SharedKvIndex,
 };
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -72,6 +76,9 @@ pub struct NodeConfig {
     pub registry: RegistryConfig,
     pub kv_events: KvEventsConfig,
     pub restart: RestartPolicy,
+    /// How long a handle waits for an actor's answer to a call (`observe` and the like;
+    /// not `route`): a stuck actor is then an error, never a hang.
+    pub call_timeout: Duration,
     pub seed: u64,
 }
 
@@ -97,6 +104,7 @@ impl NodeConfig {
             registry: RegistryConfig::default(),
             kv_events: KvEventsConfig::default(),
             restart: RestartPolicy::default(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
             seed: 0,
         }
     }
@@ -114,7 +122,8 @@ pub enum NodeError {
 pub struct Node {
     pub config: NodeConfig,
     supervisor: ActorRef<SupervisorMsg>,
-    supervisor_done: Option<JoinHandle<()>>,
+    /// True while the supervisor runs; false once it escalated or stopped.
+    alive: watch::Receiver<bool>,
     routers: Vec<(PoolRole, RouterHandle)>,
     peer_syncs: Vec<(PoolRole, PeerSyncHandle)>,
     kv_events: Vec<(PoolRole, KvEventsHandle)>,
@@ -133,35 +142,6 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// Spawned-once children (peer sync, KV events, registry) hand their handle out through here.
-type Out<T> = Arc<Mutex<Option<T>>>;
-
-fn once_child<T: Send + 'static, F, Fut>(name: String, out: Out<T>, start: F) -> ChildSpec
-where
-    F: Fn(ractor::ActorCell) -> Option<Fut> + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(T, ractor::ActorCell), SpawnErr>> + Send + 'static,
-{
-    ChildSpec::new(name.clone(), move |supervisor| {
-        let out = Arc::clone(&out);
-        let started = start(supervisor);
-        let name = name.clone();
-        Box::pin(async move {
-            let Some(fut) = started else {
-                return Err(SpawnErr::StartupFailed(
-                    format!("{name} cannot be restarted in place").into(),
-                ));
-            };
-            let (handle, cell) = fut.await?;
-            *out.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-            Ok(cell)
-        })
-    })
-}
-
-fn take<T>(out: &Out<T>) -> Option<T> {
-    out.lock().unwrap_or_else(PoisonError::into_inner).take()
-}
-
 impl Node {
     /// Starts the node's actors on `bus`.
     pub async fn start(config: NodeConfig, bus: Arc<dyn Bus>) -> Result<Node, NodeError> {
@@ -177,7 +157,8 @@ impl Node {
         let mut inflight = Vec::new();
         for &pool in config.topology.pools() {
             let slot = ActorSlot::empty();
-            let handle = RouterHandle::from_slot(slot.clone(), clock);
+            let handle =
+                RouterHandle::from_slot(slot.clone(), clock).with_call_timeout(config.call_timeout);
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
             // Peer sync says when the starting snapshots are in; the router admits from then.
             let (ready_tx, ready_rx) = watch::channel(false);
@@ -223,7 +204,7 @@ impl Node {
             receivers.push((pool, rx, ready_tx));
             inflight.push((pool, registry));
         }
-        let mut peer_outs = Vec::new();
+        let mut peer_syncs = Vec::new();
         for (pool, rx, ready_tx) in receivers {
             let Some(router) = routers
                 .iter()
@@ -241,25 +222,15 @@ impl Node {
                 rx,
             );
             args.config = config.peer_sync.clone();
+            let slot = ActorSlot::empty();
+            let handle = PeerSyncHandle::from_slot(slot.clone(), ready_tx.subscribe())
+                .with_call_timeout(config.call_timeout);
             args.ready = ready_tx;
-            let args = Arc::new(Mutex::new(Some(args)));
-            let out: Out<PeerSyncHandle> = Arc::new(Mutex::new(None));
-            children.push(once_child(
-                format!("peer-sync-{}", crate::wire::pool_token(pool)),
-                Arc::clone(&out),
-                move |supervisor| {
-                    let args = args.lock().unwrap_or_else(PoisonError::into_inner).take()?;
-                    Some(async move {
-                        let (handle, _join) = PeerSyncActor::start(None, args).await?;
-                        handle.actor().get_cell().link(supervisor);
-                        let cell = handle.actor().get_cell();
-                        Ok((handle, cell))
-                    })
-                },
-            ));
-            peer_outs.push((pool, out));
+            let name = format!("peer-sync-{}", crate::wire::pool_token(pool));
+            children.push(peer_sync_child(name, args, slot));
+            peer_syncs.push((pool, handle));
         }
-        let mut kv_outs = Vec::new();
+        let mut kv_events = Vec::new();
         for (pool, kv_index) in &kv_indexes {
             let args = KvEventsArgs {
                 bus: Arc::clone(&bus),
@@ -268,43 +239,28 @@ impl Node {
                 index: kv_index.clone(),
                 config: config.kv_events,
             };
-            let out: Out<KvEventsHandle> = Arc::new(Mutex::new(None));
-            children.push(once_child(
-                format!("kv-events-{}", crate::wire::pool_token(*pool)),
-                Arc::clone(&out),
-                move |supervisor| {
-                    let args = args.clone();
-                    Some(async move {
-                        let (handle, _join) = KvEventsHandle::spawn(None, args).await?;
-                        handle.actor().get_cell().link(supervisor);
-                        let cell = handle.actor().get_cell();
-                        Ok((handle, cell))
-                    })
-                },
-            ));
-            kv_outs.push((*pool, out));
+            let slot = ActorSlot::empty();
+            let name = format!("kv-events-{}", crate::wire::pool_token(*pool));
+            children.push(kv_events_child(name, args, slot.clone()));
+            let handle = KvEventsHandle::from_slot(slot).with_call_timeout(config.call_timeout);
+            kv_events.push((*pool, handle));
         }
+        let shared = RegistryShared::new();
         let registry_args = RegistryArgs {
             bus: Arc::clone(&bus),
             subjects: subjects.clone(),
             pools: routers.clone(),
             config: config.registry,
-            shared: RegistryShared::new(),
+            shared: shared.clone(),
         };
-        let registry_out: Out<RegistryHandle> = Arc::new(Mutex::new(None));
-        children.push(once_child(
-            "worker-registry".into(),
-            Arc::clone(&registry_out),
-            move |supervisor| {
-                let args = registry_args.clone();
-                Some(async move {
-                    let (handle, _join) = RegistryHandle::spawn(None, args).await?;
-                    handle.actor().get_cell().link(supervisor);
-                    let cell = handle.actor().get_cell();
-                    Ok((handle, cell))
-                })
-            },
+        let slot = ActorSlot::empty();
+        children.push(registry_child(
+            "worker-registry",
+            registry_args,
+            slot.clone(),
         ));
+        let registry =
+            RegistryHandle::from_slot(slot, shared).with_call_timeout(config.call_timeout);
         let (supervisor, supervisor_done) = Actor::spawn(
             None,
             NodeSupervisor,
@@ -314,16 +270,7 @@ impl Node {
             },
         )
         .await?;
-        let peer_syncs: Vec<(PoolRole, PeerSyncHandle)> = peer_outs
-            .iter()
-            .filter_map(|(p, o)| take(o).map(|h| (*p, h)))
-            .collect();
-        let kv_events = kv_outs
-            .iter()
-            .filter_map(|(p, o)| take(o).map(|h| (*p, h)))
-            .collect();
-        let registry = take(&registry_out)
-            .ok_or_else(|| SpawnErr::StartupFailed("worker registry did not start".into()))?;
+        let alive = watch_alive(supervisor_done);
         let mut tasks = Vec::new();
         if config.topology == Topology::Disaggregated
             && let Some((_, prefill)) = routers.iter().find(|(p, _)| *p == PoolRole::Prefill)
@@ -351,7 +298,7 @@ impl Node {
         Ok(Node {
             config,
             supervisor,
-            supervisor_done: Some(supervisor_done),
+            alive,
             routers,
             peer_syncs,
             kv_events,
@@ -403,6 +350,17 @@ impl Node {
         &self.supervisor
     }
 
+    /// True while the node's supervisor runs: every required actor is there or being
+    /// restarted. False once it escalated (a child failed past its restart budget) or
+    /// stopped; the node then serves nothing (`/health` answers 503).
+    pub fn alive(&self) -> watch::Receiver<bool> {
+        self.alive.clone()
+    }
+
+    pub fn is_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
     /// Ready once every pool's peer sync has its starting snapshots and a worker is known.
     pub fn ready(&self) -> watch::Receiver<bool> {
         self.ready.clone()
@@ -413,14 +371,20 @@ impl Node {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        for (_, peer) in &self.peer_syncs {
-            peer.stop();
-        }
         self.supervisor.stop(Some("node shutdown".into()));
-        if let Some(done) = self.supervisor_done.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), done).await;
-        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.alive.wait_for(|alive| !*alive))
+            .await;
     }
+}
+
+/// True until the supervisor's task ends (escalation or stop).
+fn watch_alive(supervisor_done: JoinHandle<()>) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(true);
+    tokio::spawn(async move {
+        let _ = supervisor_done.await;
+        tx.send_replace(false);
+    });
+    rx
 }
 
 fn readiness(

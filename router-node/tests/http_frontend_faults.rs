@@ -1,7 +1,8 @@
 //! The HTTP frontend when things go wrong, over real HTTP: a busy pool for a never-queue
 //! class, clients that go away (mid-stream or while queued), workers that fail, cannot be
-//! reached or break mid-stream, and the node's concurrency limit. Every booking is
-//! released: after every test the router's ledger is idle.
+//! reached or break mid-stream, the node's concurrency limit, and a node whose supervisor
+//! gave up (`/health` fails). Every booking is released: after every test the router's
+//! ledger is idle.
 
 #![allow(clippy::unwrap_used)]
 
@@ -194,4 +195,65 @@ async fn requests_beyond_the_concurrency_limit_are_a_429() {
         .await;
     assert_eq!(again.status(), 200, "the permit came back");
     node.assert_idle().await;
+}
+
+/// `/health` follows the node's supervisor: 200 while it runs, 503 once it gave up on a child
+/// that kept failing (here: the first failure, with no restart allowed).
+#[tokio::test]
+async fn health_fails_once_the_nodes_supervisor_has_escalated() {
+    use router_actors::bus::local::LocalBus;
+    use router_actors::supervisor::RestartPolicy;
+    use router_actors::{Node, NodeConfig, RouterMsg, Topology};
+    use router_core::{PolicyProfile, PoolRole, RouterId};
+    use router_node::frontend::{AppState, StaticDirectory, serve};
+    use std::sync::Arc;
+
+    let mut config = NodeConfig::new(
+        "health-test",
+        RouterId(uuid::Uuid::from_u128(1)),
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
+    );
+    config.restart = RestartPolicy {
+        max_restarts: 0,
+        ..RestartPolicy::default()
+    };
+    let node = Node::start(config, Arc::new(LocalBus::new()))
+        .await
+        .unwrap();
+    let router = node.router(PoolRole::Aggregated).unwrap().clone();
+    let state = AppState::new(
+        router.clone(),
+        Arc::new(StaticDirectory::default()),
+        PolicyProfile::fallback(),
+        Limits::default(),
+        node.ready(),
+    )
+    .unwrap()
+    .with_alive(node.alive());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/health", listener.local_addr().unwrap());
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
+
+    router
+        .cast(RouterMsg::InjectFault("past the restart budget".into()))
+        .unwrap();
+    let mut status = 0;
+    for _ in 0..200 {
+        status = http.get(&url).send().await.unwrap().status().as_u16();
+        if status == 503 {
+            break;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+    assert_eq!(status, 503);
+    let body: serde_json::Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["status"], "failed");
+    assert!(!node.is_alive());
+    node.shutdown().await;
 }

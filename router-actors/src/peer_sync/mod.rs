@@ -17,8 +17,9 @@
 //! Overlap is harmless: every ledger operation a delta carries is idempotent per request
 //! (book-if-absent, prefill-done, release, reserve-if-absent, unreserve), and request ids are
 //! never reused, so replaying a suffix of a sender's deltas on top of a snapshot that already
-//! reflects some of them ends in the same state. The starting snapshot (sequence 1, taken
-//! before the deltas still queued) and the deltas buffered during a repair rely on this.
+//! reflects some of them ends in the same state. The deltas buffered during a repair rely on
+//! this. The starting snapshot (sequence 1) reflects the own deltas handed over before it was
+//! read; those still queued are skipped, so what follows it is exactly the later ones.
 //!
 //! Backpressure and bounds: bus messages and own deltas reach the actor through forwarding
 //! tasks that wait for each message to be handled, so backlog stays in the bus subscription
@@ -26,10 +27,17 @@
 //! counted by the router as `dropped_deltas`, then seen here as digest drift and repaired).
 //! Repair buffers and deferred heartbeats are capped; overflow is counted in `dropped`.
 //!
-//! Files: `mod.rs` (args, messages, the actor, the handle), `state.rs` (publishing, timers,
-//! expiry, serving snapshots), `inbound.rs` (receiving, sequence tracking, repair),
-//! `observe.rs` (counters and the serialisable snapshot).
+//! Restarts: the node supervises this actor like every other child ([`peer_sync_child`]). A
+//! new incarnation takes over the router's delta queue ([`DeltaFeed`]), starts its sequence
+//! again at 1 with its full state (peers replace what they held under its id) and asks every
+//! peer for theirs (its fresh tracker also repairs from each peer's next message).
+//!
+//! Files: `mod.rs` (args, messages, the actor, the handle, the supervisor child), `feed.rs`
+//! (the own-delta queue shared across restarts), `state.rs` (publishing, timers, expiry,
+//! serving snapshots), `inbound.rs` (receiving, sequence tracking, repair), `observe.rs`
+//! (counters and the serialisable snapshot).
 
+mod feed;
 mod inbound;
 mod observe;
 mod state;
@@ -37,10 +45,12 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use feed::DeltaFeed;
 pub use observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
 
 use crate::bus::{Bus, BusMessage};
-use crate::router::{ActorGone, OwnDelta, RouterHandle};
+use crate::router::{OwnDelta, RouterHandle};
+use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
 use crate::wire::{SnapshotReply, Subjects};
 use futures::StreamExt;
 use ractor::rpc::CallResult;
@@ -55,6 +65,8 @@ use tokio::sync::{mpsc, watch};
 const DELTA_BATCH: usize = 256;
 /// Own deltas published in one `Deltas` bus message, at most (a few kB of msgpack).
 const MAX_DELTAS_PER_MESSAGE: usize = 64;
+/// How long a starting incarnation waits for the previous one's task to let go of the queue.
+const FEED_TAKEOVER: Duration = Duration::from_secs(1);
 
 /// Timing and bounds of peer sync.
 #[derive(Debug, Clone)]
@@ -89,6 +101,7 @@ impl Default for PeerSyncConfig {
     }
 }
 
+#[derive(Clone)]
 pub struct PeerSyncArgs {
     pub bus: Arc<dyn Bus>,
     pub subjects: Subjects,
@@ -96,8 +109,8 @@ pub struct PeerSyncArgs {
     /// This router's id: the owner of its bookings and the sender of its envelopes.
     pub me: RouterId,
     pub router: RouterHandle,
-    /// The RouterActor's own deltas (`RouterArgs::deltas`'s other end).
-    pub deltas: mpsc::Receiver<OwnDelta>,
+    /// The RouterActor's own deltas (`RouterArgs::deltas`'s other end), shared by restarts.
+    pub deltas: DeltaFeed,
     pub config: PeerSyncConfig,
     /// Set to true once the starting snapshot window has passed.
     pub ready: watch::Sender<bool>,
@@ -120,7 +133,7 @@ impl PeerSyncArgs {
             pool,
             me,
             router,
-            deltas,
+            deltas: DeltaFeed::new(deltas),
             config: PeerSyncConfig::default(),
             ready,
         };
@@ -157,6 +170,9 @@ pub enum PeerSyncMsg {
     /// The starting snapshot window has passed: report ready.
     WindowElapsed,
     Observe(RpcReplyPort<PeerSyncSnapshot>),
+    /// Fault injection for supervision tests: the handler fails. Test builds only.
+    #[cfg(feature = "testsuite")]
+    InjectFault(String),
 }
 
 #[derive(Debug)]
@@ -170,7 +186,10 @@ impl PeerSyncActor {
     ) -> Result<(PeerSyncHandle, tokio::task::JoinHandle<()>), SpawnErr> {
         let ready = args.ready.subscribe();
         let (actor, join) = Actor::spawn(name, PeerSyncActor, args).await?;
-        Ok((PeerSyncHandle { actor, ready }, join))
+        Ok((
+            PeerSyncHandle::from_slot(ActorSlot::new(actor), ready),
+            join,
+        ))
     }
 }
 
@@ -194,16 +213,25 @@ impl Actor for PeerSyncActor {
             .await?;
         let every = args.config.heartbeat_every;
         let window = args.config.snapshot_window;
-        let (mut state, deltas) = PeerSyncState::new(args, myself.clone());
+        let mut deltas = args
+            .deltas
+            .take(FEED_TAKEOVER)
+            .await
+            .ok_or("the router's delta queue is still held by a previous peer sync")?;
+        let mut state = PeerSyncState::new(args, myself.clone());
         // Before any forwarded message: our sequence 1 is our full state (a restart tells
-        // peers to replace what they held), then ask every peer for theirs.
-        state.announce().await;
+        // peers to replace what they held); the deltas it reflects are not sent again. Then
+        // ask every peer for theirs.
+        if let Some(reflected) = state.announce().await {
+            deltas.skip_through(reflected);
+            state.sequenced_through(reflected);
+        }
         state.ask_everyone().await;
-        state.tasks = vec![
+        state.tasks = OwnedTasks::new(vec![
             forward(bookings, myself.clone(), PeerSyncMsg::Bookings),
             forward(asks, myself.clone(), PeerSyncMsg::SnapshotAsk),
-            forward_deltas(deltas, myself.clone()),
-        ];
+            feed::forward_deltas(deltas, myself.clone()),
+        ]);
         if !every.is_zero() {
             myself.send_interval(every, || PeerSyncMsg::Tick);
         }
@@ -240,6 +268,8 @@ impl Actor for PeerSyncActor {
             PeerSyncMsg::Observe(reply) => {
                 let _ = reply.send(state.observe());
             }
+            #[cfg(feature = "testsuite")]
+            PeerSyncMsg::InjectFault(why) => return Err(why.into()),
         }
         Ok(())
     }
@@ -249,9 +279,7 @@ impl Actor for PeerSyncActor {
         _myself: ActorRef<PeerSyncMsg>,
         state: &mut PeerSyncState,
     ) -> Result<(), ActorProcessingErr> {
-        for task in state.tasks.drain(..) {
-            task.abort();
-        }
+        state.tasks.abort_all();
         Ok(())
     }
 }
@@ -272,41 +300,38 @@ fn forward(
     })
 }
 
-/// Feeds the router's own deltas to the actor in order, in batches.
-fn forward_deltas(
-    mut deltas: mpsc::Receiver<OwnDelta>,
-    actor: ActorRef<PeerSyncMsg>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Some(first) = deltas.recv().await {
-            let mut batch = vec![first];
-            while batch.len() < DELTA_BATCH {
-                match deltas.try_recv() {
-                    Ok(delta) => batch.push(delta),
-                    Err(_) => break,
-                }
-            }
-            match actor
-                .call(|done| PeerSyncMsg::OwnDeltas(batch, done), None)
-                .await
-            {
-                Ok(CallResult::Success(())) => {}
-                _ => break,
-            }
-        }
-    })
-}
-
-/// The typed handle: observe, readiness, stop.
+/// The typed handle: observe, readiness, stop. It follows the actor in its slot across
+/// restarts.
 #[derive(Debug, Clone)]
 pub struct PeerSyncHandle {
-    actor: ActorRef<PeerSyncMsg>,
+    slot: ActorSlot<PeerSyncMsg>,
     ready: watch::Receiver<bool>,
+    call_timeout: Duration,
 }
 
 impl PeerSyncHandle {
-    pub fn actor(&self) -> &ActorRef<PeerSyncMsg> {
-        &self.actor
+    /// A handle on the actor in `slot`; `ready` is its readiness (`PeerSyncArgs::ready`).
+    pub fn from_slot(slot: ActorSlot<PeerSyncMsg>, ready: watch::Receiver<bool>) -> Self {
+        Self {
+            slot,
+            ready,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// The same handle, waiting at most `timeout` for `observe`.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// The current actor (none between a failure and its restart).
+    pub fn actor(&self) -> Option<ActorRef<PeerSyncMsg>> {
+        self.slot.get()
+    }
+
+    pub fn slot(&self) -> &ActorSlot<PeerSyncMsg> {
+        &self.slot
     }
 
     /// Becomes true once the starting snapshot window has passed (for `/ready`).
@@ -318,14 +343,39 @@ impl PeerSyncHandle {
         *self.ready.borrow()
     }
 
-    pub async fn observe(&self) -> Result<PeerSyncSnapshot, ActorGone> {
-        match self.actor.call(PeerSyncMsg::Observe, None).await {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
+    pub async fn observe(&self) -> Result<PeerSyncSnapshot, CallError> {
+        self.slot
+            .call(PeerSyncMsg::Observe, self.call_timeout)
+            .await
+    }
+
+    /// Stops the current actor (under a supervisor: it is restarted like a failed one).
+    pub fn stop(&self) {
+        if let Some(actor) = self.slot.get() {
+            actor.stop(None);
         }
     }
 
-    pub fn stop(&self) {
-        self.actor.stop(None);
+    /// Casts `msg` to the current actor; `false` if there is none.
+    pub fn cast(&self, msg: PeerSyncMsg) -> bool {
+        self.slot.cast(msg)
     }
+}
+
+/// A supervisor child that (re)starts a PeerSyncActor linked to the supervisor from `args`
+/// and points `slot` at it. Every incarnation takes over the same delta queue (`args.deltas`).
+pub fn peer_sync_child(
+    name: impl Into<String>,
+    args: PeerSyncArgs,
+    slot: ActorSlot<PeerSyncMsg>,
+) -> ChildSpec {
+    ChildSpec::new(name, move |supervisor| {
+        let args = args.clone();
+        let slot = slot.clone();
+        Box::pin(async move {
+            let (actor, _) = Actor::spawn_linked(None, PeerSyncActor, args, supervisor).await?;
+            slot.set(actor.clone());
+            Ok(actor.get_cell())
+        })
+    })
 }

@@ -6,6 +6,7 @@ use super::observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView}
 use super::{MAX_DELTAS_PER_MESSAGE, PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
 use crate::bus::{Bus, BusMessage};
 use crate::router::{OwnDelta, OwnState, RouterHandle, RouterMsg};
+use crate::supervisor::OwnedTasks;
 use crate::wire::{
     self, BookingDelta, BookingMsg, Digest, Envelope, Outbox, SeqTracker, SnapshotReply,
     SnapshotRequest, WIRE_VERSION, WireCounters,
@@ -16,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// What to publish once the own deltas it reflects have been sequenced.
@@ -86,7 +87,8 @@ pub struct PeerSyncState {
     pub(super) generation: u64,
     pub(super) counters: PeerSyncCounters,
     pub(super) wire: WireCounters,
-    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Forwarders of the subscriptions and of the delta queue; aborted with this state.
+    pub(super) tasks: OwnedTasks,
 }
 
 impl std::fmt::Debug for PeerSyncState {
@@ -99,11 +101,8 @@ impl std::fmt::Debug for PeerSyncState {
 }
 
 impl PeerSyncState {
-    pub(super) fn new(
-        args: PeerSyncArgs,
-        myself: ActorRef<PeerSyncMsg>,
-    ) -> (Self, mpsc::Receiver<OwnDelta>) {
-        let state = Self {
+    pub(super) fn new(args: PeerSyncArgs, myself: ActorRef<PeerSyncMsg>) -> Self {
+        Self {
             bus: args.bus,
             cluster: args.subjects.cluster().to_owned(),
             bookings_subject: args.subjects.bookings(args.pool),
@@ -122,9 +121,8 @@ impl PeerSyncState {
             generation: 0,
             counters: PeerSyncCounters::default(),
             wire: WireCounters::default(),
-            tasks: Vec::new(),
-        };
-        (state, args.deltas)
+            tasks: OwnedTasks::default(),
+        }
     }
 
     pub(super) fn cluster(&self) -> &str {
@@ -163,16 +161,26 @@ impl PeerSyncState {
         }
     }
 
-    /// Our sequence 1: our full state as it is now. Deltas still queued follow and are
-    /// applied on top (harmless overlap; see the module header).
-    pub(super) async fn announce(&mut self) {
+    /// Our sequence 1: our full state as it is now. Returns how many own deltas it reflects
+    /// (the caller skips those still queued), or `None` when the router did not answer.
+    pub(super) async fn announce(&mut self) -> Option<u64> {
         match self.router.own_state().await {
             Ok(state) => {
+                let reflected = state.deltas_sent;
                 let body = self.reply_body(state);
                 self.publish(BookingMsg::Snapshot(body)).await;
+                Some(reflected)
             }
-            Err(_) => self.counters.router_gone += 1,
+            Err(_) => {
+                self.counters.router_gone += 1;
+                None
+            }
         }
+    }
+
+    /// Own deltas up to index `n` count as sequenced (a published snapshot reflects them).
+    pub(super) fn sequenced_through(&mut self, n: u64) {
+        self.sequenced = self.sequenced.max(n);
     }
 
     /// Asks every peer for its snapshot; they broadcast it in their booking streams.

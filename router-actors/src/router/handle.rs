@@ -1,16 +1,18 @@
 //! The typed handle to a RouterActor: what the frontend, the peer-sync actor and the paired
 //! prefill actor call. `route` stamps the arrival time before the message is sent, so time
-//! spent in the mailbox counts against the class deadline.
+//! spent in the mailbox counts against the class deadline. Every other call waits at most the
+//! handle's call timeout (`CallError::Timeout`), so a stuck actor never hangs its caller.
 
 use super::{OwnState, OwnerDigest, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
-use crate::supervisor::ActorSlot;
+use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT};
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
 use router_core::{
     Admission, ClassId, DecodeReservation, RejectReason, RequestId, RouteRequest, RouterId,
     WorkerId, WorkerSpec,
 };
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the router actor is gone")]
@@ -44,19 +46,29 @@ impl From<ActorGone> for RouteError {
 pub struct RouterHandle {
     slot: ActorSlot<RouterMsg>,
     clock: Clock,
+    /// How long `observe`, `own_state`, `state_of` and `digest_of` wait for an answer.
+    call_timeout: Duration,
 }
 
 impl RouterHandle {
     pub fn new(actor: ActorRef<RouterMsg>, clock: Clock) -> Self {
-        Self {
-            slot: ActorSlot::new(actor),
-            clock,
-        }
+        Self::from_slot(ActorSlot::new(actor), clock)
     }
 
     /// A handle that follows the actor in `slot` across restarts.
     pub fn from_slot(slot: ActorSlot<RouterMsg>, clock: Clock) -> Self {
-        Self { slot, clock }
+        Self {
+            slot,
+            clock,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// The same handle, waiting at most `timeout` for the answer to a call (not `route`,
+    /// which waits for admission).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
     }
 
     /// The current actor (a restart swaps it; none between a failure and its restart).
@@ -123,59 +135,34 @@ impl RouterHandle {
         self.cast(RouterMsg::Unreserve(id))
     }
 
-    pub async fn observe(&self) -> Result<RouterSnapshot, ActorGone> {
-        match self
-            .slot
-            .get()
-            .ok_or(ActorGone)?
-            .call(RouterMsg::Observe, None)
-            .await
-        {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
-        }
+    /// The actor's state, for `/debug/state` and `/metrics`; within the call timeout.
+    pub async fn observe(&self) -> Result<RouterSnapshot, CallError> {
+        self.slot.call(RouterMsg::Observe, self.call_timeout).await
     }
 
-    pub async fn own_state(&self) -> Result<OwnState, ActorGone> {
-        match self
-            .slot
-            .get()
-            .ok_or(ActorGone)?
-            .call(RouterMsg::OwnState, None)
-            .await
-        {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
-        }
+    pub async fn own_state(&self) -> Result<OwnState, CallError> {
+        self.slot.call(RouterMsg::OwnState, self.call_timeout).await
     }
 
     /// What this router's ledger holds under `owner`.
-    pub async fn state_of(&self, owner: RouterId) -> Result<OwnState, ActorGone> {
-        match self
-            .slot
-            .get()
-            .ok_or(ActorGone)?
-            .call(|reply| RouterMsg::StateOf { owner, reply }, None)
+    pub async fn state_of(&self, owner: RouterId) -> Result<OwnState, CallError> {
+        self.slot
+            .call(
+                |reply| RouterMsg::StateOf { owner, reply },
+                self.call_timeout,
+            )
             .await
-        {
-            Ok(CallResult::Success(s)) => Ok(s),
-            _ => Err(ActorGone),
-        }
     }
 
     /// The digest of what this router's ledger holds under `owner` (its own: with the count
     /// of deltas handed to peer sync).
-    pub async fn digest_of(&self, owner: RouterId) -> Result<OwnerDigest, ActorGone> {
-        match self
-            .slot
-            .get()
-            .ok_or(ActorGone)?
-            .call(|reply| RouterMsg::DigestOf { owner, reply }, None)
+    pub async fn digest_of(&self, owner: RouterId) -> Result<OwnerDigest, CallError> {
+        self.slot
+            .call(
+                |reply| RouterMsg::DigestOf { owner, reply },
+                self.call_timeout,
+            )
             .await
-        {
-            Ok(CallResult::Success(d)) => Ok(d),
-            _ => Err(ActorGone),
-        }
     }
 
     pub fn cast(&self, msg: RouterMsg) -> Result<(), ActorGone> {

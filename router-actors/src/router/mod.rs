@@ -153,8 +153,8 @@ pub enum RouterMsg {
         owner: RouterId,
         reply: RpcReplyPort<OwnerDigest>,
     },
-    /// Fault injection for supervision tests: the handler fails.
-    #[doc(hidden)]
+    /// Fault injection for supervision tests: the handler fails. Test builds only.
+    #[cfg(feature = "testsuite")]
     InjectFault(String),
 }
 
@@ -257,6 +257,7 @@ impl Actor for RouterActor {
             RouterMsg::DigestOf { owner, reply } => {
                 let _ = reply.send(state.digest_of(owner));
             }
+            #[cfg(feature = "testsuite")]
             RouterMsg::InjectFault(why) => return Err(why.into()),
         }
         state.after_change(&myself);

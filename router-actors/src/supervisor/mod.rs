@@ -8,13 +8,15 @@
 mod inflight;
 mod policy;
 mod slot;
+mod tasks;
 
 #[cfg(test)]
 mod tests;
 
 pub use inflight::InflightRegistry;
 pub use policy::{RestartBudget, RestartDecision, RestartPolicy};
-pub use slot::ActorSlot;
+pub use slot::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT};
+pub use tasks::OwnedTasks;
 
 use futures::future::BoxFuture;
 use ractor::{

@@ -2,10 +2,30 @@
 //! when it starts it and swaps in the new one after a restart, and every handle follows
 //! without being rebuilt. An empty slot (not started yet, or between a failure and its
 //! restart) makes calls fail as if the actor were gone.
+//!
+//! [`ActorSlot::call`] is how every handle asks its actor and waits: with a deadline, so a
+//! stuck actor is an error ([`CallError::Timeout`]) for the caller (an HTTP endpoint, a
+//! scrape), never a hang.
 
 use arc_swap::ArcSwapOption;
-use ractor::{ActorRef, Message};
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, Message, RpcReplyPort};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a handle waits for its actor's answer unless told otherwise.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a call on an actor got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No actor in the slot, or it stopped before answering.
+    #[error("the actor is gone")]
+    Gone,
+    /// The actor did not answer in time (stuck, or far behind).
+    #[error("the actor did not answer within {0:?}")]
+    Timeout(Duration),
+}
 
 pub struct ActorSlot<M: Message> {
     inner: Arc<ArcSwapOption<ActorRef<M>>>,
@@ -56,5 +76,24 @@ impl<M: Message> ActorSlot<M> {
 
     pub fn clear(&self) {
         self.inner.store(None);
+    }
+
+    /// Asks the current actor and waits at most `timeout` for its answer.
+    pub async fn call<R, F>(&self, build: F, timeout: Duration) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        F: FnOnce(RpcReplyPort<R>) -> M,
+    {
+        let actor = self.get().ok_or(CallError::Gone)?;
+        match actor.call(build, Some(timeout)).await {
+            Ok(CallResult::Success(answer)) => Ok(answer),
+            Ok(CallResult::Timeout) => Err(CallError::Timeout(timeout)),
+            Ok(CallResult::SenderError) | Err(_) => Err(CallError::Gone),
+        }
+    }
+
+    /// Sends to the current actor without waiting; `false` if there is none or it is gone.
+    pub fn cast(&self, msg: M) -> bool {
+        self.get().is_some_and(|actor| actor.cast(msg).is_ok())
     }
 }

@@ -1,6 +1,7 @@
 //! Supervision: a RouterActor that fails mid-load is restarted behind the same handle with its
 //! own in-flight bookings restored (nothing leaks, nothing counts twice), and a child that
-//! keeps failing makes the supervisor escalate.
+//! keeps failing makes the supervisor escalate. Calls through a slot end: a stuck actor times
+//! out, a missing one is gone.
 
 use super::*;
 use crate::clock::Clock;
@@ -141,4 +142,52 @@ async fn a_child_that_keeps_failing_makes_the_supervisor_escalate() {
         .await
         .expect("supervisor stopped")
         .expect("joined");
+}
+
+/// An actor that keeps every reply port and never answers: a stuck actor.
+struct Silent;
+
+impl Actor for Silent {
+    type Msg = RpcReplyPort<u32>;
+    type State = Vec<RpcReplyPort<u32>>;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(Vec::new())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        reply: RpcReplyPort<u32>,
+        kept: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        kept.push(reply);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_on_a_stuck_actor_times_out_and_one_on_an_empty_slot_is_gone() {
+    let empty: ActorSlot<RpcReplyPort<u32>> = ActorSlot::empty();
+    assert_eq!(
+        empty.call(|reply| reply, Duration::from_secs(1)).await,
+        Err(CallError::Gone)
+    );
+    let (actor, _) = Actor::spawn(None, Silent, ()).await.expect("starts");
+    let slot = ActorSlot::new(actor.clone());
+    let started = tokio::time::Instant::now();
+    let answer = slot.call(|reply| reply, Duration::from_millis(300)).await;
+    assert_eq!(answer, Err(CallError::Timeout(Duration::from_millis(300))));
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    actor.stop(None);
+    settle().await;
+    assert_eq!(
+        slot.call(|reply| reply, Duration::from_secs(1)).await,
+        Err(CallError::Gone)
+    );
 }

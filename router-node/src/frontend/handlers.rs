@@ -243,8 +243,17 @@ pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_jso
     Json(json!({"object": "list", "data": data}))
 }
 
-pub(super) async fn health() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+/// 200 while the node's actors run (or are being restarted); 503 once its supervisor gave up.
+pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if *state.alive.borrow() {
+        Json(json!({"status": "ok"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed", "reason": "the node's supervisor stopped"})),
+        )
+            .into_response()
+    }
 }
 
 pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {

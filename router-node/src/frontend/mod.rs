@@ -138,6 +138,9 @@ pub struct AppState {
     pub models: Arc<[String]>,
     /// `GET /ready` answers 200 while this says `true`.
     pub ready: watch::Receiver<bool>,
+    /// `GET /health` answers 503 once this says `false` (the node's supervisor gave up:
+    /// `Node::alive`). Always true unless set with [`AppState::with_alive`].
+    pub alive: watch::Receiver<bool>,
     /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
     pub permits: Arc<Semaphore>,
     /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering).
@@ -176,8 +179,15 @@ impl AppState {
             classified: Arc::default(),
             models: Arc::from(Vec::new()),
             ready,
+            alive: watch::channel(true).1,
             prompter: Prompter::default(),
         })
+    }
+
+    /// Fails `/health` once `alive` says false (pass `Node::alive()`).
+    pub fn with_alive(mut self, alive: watch::Receiver<bool>) -> Self {
+        self.alive = alive;
+        self
     }
 
     /// Runs every request disaggregated: `router` is the prefill pool's, `decode` the

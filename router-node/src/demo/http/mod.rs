@@ -182,7 +182,8 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         node.ready(),
     )
     .map_err(|e| format!("building the frontend's HTTP client: {e}"))?
-    .with_models([load::MODEL.to_owned()]);
+    .with_models([load::MODEL.to_owned()])
+    .with_alive(node.alive());
     let state = match decode {
         Some(decode) => state.with_decode(decode),
         None => state,

@@ -1,0 +1,276 @@
+//! The WorkerRegistryActor's state: the worker table with one lease deadline per worker,
+//! announcements applied to the pools' routers, expiry, the published directory, and the
+//! hand-back of the table to [`RegistryShared`] when the state is dropped.
+
+use super::{
+    Directory, RegistryConfig, RegistryCounters, RegistryMsg, RegistryShared, RegistrySnapshot,
+    WorkerView,
+};
+use crate::edge::Inbox;
+use crate::router::RouterHandle;
+use crate::supervisor::OwnedTasks;
+use crate::wire::{Envelope, SeqEvent, SeqTracker, WorkerAnnounce, pool_token};
+use ractor::concurrency::JoinHandle as TimerHandle;
+use ractor::{ActorRef, MessagingErr};
+use router_core::{PoolRole, WorkerId, WorkerSpec};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+/// A worker's key: its pool's subject token and its id.
+pub(super) type Key = (&'static str, WorkerId);
+/// The one armed lease timer and when it fires.
+type Timer = (Instant, TimerHandle<Result<(), MessagingErr<RegistryMsg>>>);
+
+#[derive(Debug)]
+pub(super) struct Entry {
+    pool: PoolRole,
+    spec: WorkerSpec,
+    endpoint: String,
+    sender: Uuid,
+    lease: Duration,
+    pub(super) expires: Instant,
+    announcements: u64,
+}
+
+pub struct RegistryState {
+    pub(super) pools: Vec<(PoolRole, RouterHandle)>,
+    pub(super) config: RegistryConfig,
+    pub(super) workers: HashMap<Key, Entry>,
+    /// Lease ends in order; exactly one item per entry of `workers`.
+    pub(super) deadlines: BTreeSet<(Instant, Key)>,
+    /// One sequence tracker per announce subject.
+    pub(super) seqs: HashMap<&'static str, SeqTracker>,
+    pub(super) armed: Option<Timer>,
+    pub(super) shared: RegistryShared,
+    pub(super) directory_dirty: bool,
+    pub(super) inbox: Arc<Inbox>,
+    /// One forwarder per announce subscription; aborted with this state.
+    pub(super) forwarders: OwnedTasks,
+    pub(super) counters: RegistryCounters,
+}
+
+impl std::fmt::Debug for RegistryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryState")
+            .field("workers", &self.workers.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The worker table goes back to the shared slot for the next incarnation.
+impl Drop for RegistryState {
+    fn drop(&mut self) {
+        let workers = std::mem::take(&mut self.workers);
+        *self
+            .shared
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = workers;
+    }
+}
+
+impl RegistryState {
+    fn router(&self, pool: PoolRole) -> Option<&RouterHandle> {
+        self.pools.iter().find(|(p, _)| *p == pool).map(|(_, r)| r)
+    }
+
+    pub(super) fn announce(&mut self, subject_pool: PoolRole, envelope: Envelope<WorkerAnnounce>) {
+        self.counters.announcements += 1;
+        let Envelope {
+            sender, seq, body, ..
+        } = envelope;
+        let Some(router) = self.router(body.pool).cloned() else {
+            self.counters.unserved_pool += 1;
+            return;
+        };
+        if body.pool != subject_pool {
+            self.counters.pool_mismatch += 1;
+            return;
+        }
+        let token = pool_token(body.pool);
+        let tracker = self.seqs.entry(token).or_default();
+        if tracker.observe(sender, seq) == SeqEvent::Stale {
+            self.counters.stale += 1;
+            return;
+        }
+        if let Err(error) = body.spec.validate() {
+            self.counters.invalid_spec += 1;
+            tracing::warn!(%error, "worker announcement refused");
+            return;
+        }
+        let lease = self.config.clamp_lease(body.lease_ms);
+        if lease != Duration::from_millis(body.lease_ms) {
+            self.counters.lease_clamped += 1;
+        }
+        let key = (token, body.spec.id);
+        let expires = Instant::now() + lease;
+        let mut gone = false;
+        match self.workers.get_mut(&key) {
+            None => {
+                gone |= router.upsert_worker(body.spec.clone()).is_err();
+                self.counters.joined += 1;
+                self.directory_dirty = true;
+                self.deadlines.insert((expires, key));
+                self.workers.insert(
+                    key,
+                    Entry {
+                        pool: body.pool,
+                        spec: body.spec,
+                        endpoint: body.endpoint,
+                        sender,
+                        lease,
+                        expires,
+                        announcements: 1,
+                    },
+                );
+            }
+            Some(entry) => {
+                if entry.sender != sender {
+                    // A restarted process: what the old one cached and held is gone.
+                    gone |= router.remove_worker(entry.spec.id).is_err();
+                    gone |= router.upsert_worker(body.spec.clone()).is_err();
+                    self.counters.incarnations += 1;
+                    if let Some(t) = self.seqs.get_mut(token) {
+                        t.forget(entry.sender);
+                    }
+                } else {
+                    // Unchanged specs are re-sent too (a no-op for a router that has the
+                    // worker): a router restarted by its supervisor learns its workers back
+                    // within one heartbeat.
+                    gone |= router.upsert_worker(body.spec.clone()).is_err();
+                    if entry.spec != body.spec {
+                        self.counters.updated += 1;
+                    }
+                }
+                if entry.endpoint != body.endpoint {
+                    self.directory_dirty = true;
+                }
+                self.deadlines.remove(&(entry.expires, key));
+                self.deadlines.insert((expires, key));
+                *entry = Entry {
+                    pool: body.pool,
+                    spec: body.spec,
+                    endpoint: body.endpoint,
+                    sender,
+                    lease,
+                    expires,
+                    announcements: entry.announcements + 1,
+                };
+            }
+        }
+        if gone {
+            self.counters.router_gone += 1;
+        }
+    }
+
+    pub(super) fn expire(&mut self) {
+        let now = Instant::now();
+        while let Some(&(at, key)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.remove(&(at, key));
+            let Some(entry) = self.workers.remove(&key) else {
+                continue;
+            };
+            tracing::info!(worker = %entry.spec.id, pool = key.0, "worker lease expired");
+            self.counters.expired += 1;
+            self.directory_dirty = true;
+            if let Some(t) = self.seqs.get_mut(key.0) {
+                t.forget(entry.sender);
+            }
+            if self
+                .router(entry.pool)
+                .is_none_or(|r| r.remove_worker(entry.spec.id).is_err())
+            {
+                self.counters.router_gone += 1;
+            }
+        }
+    }
+
+    /// After every message: publish the directory if it changed, and keep one timer armed
+    /// no later than the earliest lease end (an early wake-up finds nothing due and re-arms).
+    pub(super) fn after_change(&mut self, myself: &ActorRef<RegistryMsg>) {
+        if self.directory_dirty {
+            self.directory_dirty = false;
+            let directory = self.directory();
+            let count = directory.len();
+            self.shared.directory.store(Arc::new(directory));
+            self.shared.known.send_if_modified(|known| {
+                let changed = *known != count;
+                *known = count;
+                changed
+            });
+        }
+        let next = self.deadlines.first().map(|(at, _)| *at);
+        match (next, &self.armed) {
+            (Some(at), Some((armed_at, _))) if *armed_at <= at => {}
+            (Some(at), _) => {
+                self.disarm();
+                let delay = at.saturating_duration_since(Instant::now());
+                let handle = myself.send_after(delay, || RegistryMsg::Expire);
+                self.armed = Some((at, handle));
+            }
+            (None, Some(_)) => self.disarm(),
+            (None, None) => {}
+        }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        if let Some((_, handle)) = self.armed.take() {
+            handle.abort();
+        }
+    }
+
+    fn directory(&self) -> Directory {
+        let pools = self
+            .pools
+            .iter()
+            .map(|(pool, _)| {
+                let token = pool_token(*pool);
+                let mut workers: Vec<(WorkerId, String)> = self
+                    .workers
+                    .iter()
+                    .filter(|((t, _), _)| *t == token)
+                    .map(|((_, id), e)| (*id, e.endpoint.clone()))
+                    .collect();
+                workers.sort_by_key(|(id, _)| *id);
+                (*pool, workers)
+            })
+            .collect();
+        Directory { pools }
+    }
+
+    pub(super) fn snapshot(&self) -> RegistrySnapshot {
+        let now = Instant::now();
+        let mut workers: Vec<WorkerView> = self
+            .workers
+            .values()
+            .map(|e| WorkerView {
+                pool: e.pool,
+                worker: e.spec.id,
+                endpoint: e.endpoint.clone(),
+                sender: e.sender,
+                dp_size: e.spec.dp_size,
+                lease_ms: millis(e.lease),
+                expires_in_ms: millis(e.expires.saturating_duration_since(now)),
+                announcements: e.announcements,
+            })
+            .collect();
+        workers.sort_by_key(|w| (pool_token(w.pool), w.worker));
+        RegistrySnapshot {
+            pools: self.pools.iter().map(|(p, _)| *p).collect(),
+            workers,
+            counters: self.counters.clone(),
+            edge: self.inbox.counts(),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
