@@ -32,7 +32,10 @@ pub use index::{
 pub use ledger::{
     BookingDelta, BookingLedger, GateClosed, LeaseLeft, LeasedReservation, RoomAnswer,
 };
-pub use policy::{ClassPolicy, PolicyError, PolicyFormat, PolicyProfile, UnknownClass};
+pub use policy::{
+    ClassPolicy, ClassSource, Classification, ClassifyError, PolicyError, PolicyFormat,
+    PolicyProfile, RequestFacts, UnknownClass,
+};
 pub use queue::{
     ClassQueues, Dequeued, EnqueueRejection, Expired, ExpiryStage, LimitKind, Pop, QueueClassSpec,
     QueueConfigError, QueueSnapshot, QueueTicket,

@@ -1,6 +1,7 @@
 //! Traces over OTLP: a request carrying a W3C `traceparent` produces spans in the client's
 //! trace, with every span pointing at its parent, exported to an in-process OTLP gRPC
-//! collector; the worker receives the `worker.leg` span as its parent.
+//! collector; the worker receives the `worker.leg` span as its parent. The request span
+//! carries the class and the classifier rule that chose it.
 //!
 //! One test per binary: it installs the process-wide subscriber.
 
@@ -46,7 +47,18 @@ async fn spans_reach_the_collector_in_the_clients_trace() {
     assert!(guard.exporting());
 
     let worker = support::spawn_worker(2, Duration::from_millis(1)).await;
-    let node = support::spawn_node(&[&worker.url], Limits::default()).await;
+    // The shared profile plus one classifier rule that matches this request.
+    let profile = format!(
+        "{}\n[[classifiers]]\nname = \"model-m\"\nmodel = \"m\"\nclass = \"interactive\"\n",
+        support::PROFILE
+    );
+    let node = support::spawn_node_profiled(
+        &[&worker.url],
+        Limits::default(),
+        Default::default(),
+        &profile,
+    )
+    .await;
     // A streaming request: `worker.leg` lives until the stream ends.
     let response = node
         .post("/v1/completions")
@@ -86,6 +98,8 @@ async fn spans_reach_the_collector_in_the_clients_trace() {
     has(selection, "worker", "\"1\"");
     has(request, "http.response.status_code", "200");
     has(request, "http.route", "\"/v1/completions\"");
+    has(request, "class", "\"interactive\"");
+    has(request, "classifier.rule", "\"model-m\"");
 
     // The worker got the leg as its parent, in the same trace.
     let seen = worker.seen.lock().unwrap().clone();

@@ -4,6 +4,7 @@
 //! a silently ignored setting. Validation into the typed [`super::PolicyProfile`] lives in
 //! `profile.rs`.
 
+use super::classify_config::ClassifierConfig;
 use serde::{Deserialize, Serialize};
 
 /// Top level of a policy file.
@@ -18,6 +19,10 @@ pub struct PolicyFile {
     /// Router-wide thresholds that mark a worker overloaded (all its ranks over).
     #[serde(default)]
     pub reject_thresholds: RejectThresholdsConfig,
+    /// Request classifiers, tried in order; the first match decides the class or refuses.
+    /// Absent: the `x-policy-class` header's class, else the default.
+    #[serde(default)]
+    pub classifiers: Vec<ClassifierConfig>,
 }
 
 /// One policy class.

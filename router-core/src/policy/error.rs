@@ -23,6 +23,18 @@ pub enum PolicyError {
     UnknownDefaultClass { class: String },
     #[error("policy: `default_class` is required when classes are configured")]
     MissingDefaultClass,
+    #[error("policy classifier `{rule}`: `{key}` {reason}")]
+    InvalidRule {
+        rule: String,
+        key: &'static str,
+        reason: String,
+    },
+    #[error(
+        "policy classifier `{rule}` can never match: `{after}` before it matches every request"
+    )]
+    UnreachableRule { rule: String, after: String },
+    #[error("policy: classifier `{rule}` is defined twice")]
+    DuplicateRule { rule: String },
 }
 
 /// A request named a class the profile does not have. Never a silent fallback: a typo must
@@ -32,4 +44,17 @@ pub enum PolicyError {
 pub struct UnknownClass {
     pub class: String,
     pub known: String,
+}
+
+/// A request asked for a class it may not run under. A frontend answers 400 for an unknown
+/// class and 403 for one that no matching rule permits ([`ClassifyError::status`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+pub enum ClassifyError {
+    #[error(transparent)]
+    Unknown(UnknownClass),
+    #[error("policy class `{class}` may not be requested by header{}", match rule {
+        Some(rule) => format!(" (classifier `{rule}` does not allow it)"),
+        None => " (no classifier matched)".to_owned(),
+    })]
+    NotPermitted { class: String, rule: Option<String> },
 }

@@ -1,8 +1,10 @@
 //! The validated policy profile: classes with typed thresholds, the default class and the
-//! router-wide reject thresholds. Built from a [`PolicyFile`] parsed from TOML or YAML text
-//! (reading the file is the caller's job: router-core does no I/O); every validation error
-//! names the class and the field.
+//! router-wide reject thresholds, and the request classifiers. Built from a [`PolicyFile`]
+//! parsed from TOML or YAML text (reading the file is the caller's job: router-core does no
+//! I/O); every validation error names the class (or rule) and the field.
 
+use super::classify::Classifier;
+use super::classify_config::validate_rules;
 use super::config::{ClassConfig, PolicyFile, RejectThresholdsConfig};
 use super::error::{PolicyError, UnknownClass};
 use super::fraction::Fraction;
@@ -141,6 +143,8 @@ pub struct PolicyProfile {
     classes: Vec<ClassPolicy>,
     default_class: ClassId,
     reject_thresholds: RejectThresholds,
+    /// `[[classifiers]]`, in order. Empty: the header's class, else the default.
+    classifiers: Vec<Classifier>,
     /// True for the profile-less fallback, which ignores class names in requests.
     fallback: bool,
 }
@@ -158,6 +162,7 @@ impl PolicyProfile {
             classes: vec![ClassPolicy::fallback()],
             default_class: ClassId(0),
             reject_thresholds: RejectThresholds::default(),
+            classifiers: Vec::new(),
             fallback: true,
         }
     }
@@ -181,16 +186,18 @@ impl PolicyProfile {
     }
 
     /// Validates a parsed file. An empty class list gives the fallback profile (with the
-    /// file's reject thresholds).
+    /// file's reject thresholds and classifiers, which may name its one class `default`).
     pub fn from_file(file: PolicyFile) -> Result<Self, PolicyError> {
         let reject_thresholds = validate_thresholds(&file.reject_thresholds)?;
         if file.classes.is_empty() {
             if let Some(class) = file.default_class {
                 return Err(PolicyError::UnknownDefaultClass { class });
             }
+            let fallback = Self::fallback();
             return Ok(Self {
                 reject_thresholds,
-                ..Self::fallback()
+                classifiers: validate_rules(&file.classifiers, &fallback.classes)?,
+                ..fallback
             });
         }
         if file.classes.len() > usize::from(u16::MAX) {
@@ -216,10 +223,12 @@ impl PolicyProfile {
             .ok_or(PolicyError::UnknownDefaultClass {
                 class: default_name,
             })?;
+        let classifiers = validate_rules(&file.classifiers, &classes)?;
         Ok(Self {
             classes,
             default_class,
             reject_thresholds,
+            classifiers,
             fallback: false,
         })
     }
@@ -275,12 +284,17 @@ impl PolicyProfile {
         &self.reject_thresholds
     }
 
+    /// The request classifiers, in the order they are tried.
+    pub fn classifiers(&self) -> &[Classifier] {
+        &self.classifiers
+    }
+
     pub fn is_fallback(&self) -> bool {
         self.fallback
     }
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name

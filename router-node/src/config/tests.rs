@@ -247,6 +247,50 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
 }
 
 #[test]
+fn the_example_policy_loads_with_its_classifiers() {
+    let text = include_str!("../../policy.example.toml");
+    let profile = router_core::PolicyProfile::from_toml_str(text).unwrap();
+    assert_eq!(profile.classes().len(), 2);
+    let rules: Vec<_> = profile
+        .classifiers()
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "free-tier-gpt4",
+            "long-prompts",
+            "offline-jobs",
+            "acme",
+            "everyone-else"
+        ]
+    );
+}
+
+#[test]
+fn a_classifier_mistake_in_the_policy_file_names_the_rule() {
+    let dir = temp_dir("policy-rule");
+    write(
+        &dir,
+        "policy.toml",
+        "default_class = \"a\"\n[[classes]]\nname = \"a\"\nslo_ms = 100\nquantum = 1\n\
+         [[classifiers]]\nname = \"short\"\nprompt_tokens = { min = 10, max = 5 }\nclass = \"a\"\n",
+    );
+    let path = write(&dir, "node.toml", "[policy]\npath = \"policy.toml\"\n");
+    let err = Config::load_with_env(Some(&path), no_env)
+        .unwrap()
+        .policy_profile()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("classifier `short`") && text.contains("prompt_tokens"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn the_example_file_is_the_defaults() {
     let text = include_str!("../../node.example.toml");
     assert_eq!(parse(text).unwrap(), Config::default());

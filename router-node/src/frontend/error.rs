@@ -1,11 +1,13 @@
 //! The frontend's one error type and its HTTP mapping. Every error answers with a JSON body
-//! `{"error": {"message", "type", "class", "stage", "reason"}}`; `reason` is a stable,
-//! bounded label (the router's `RejectReason::label()` or one of the frontend's own), also
-//! used as the metric label, and `stage` says where the request stopped.
+//! `{"error": {"message", "type", "class", "stage", "reason"}}` (plus `"rule"` when a
+//! classifier rule decided); `reason` is a stable, bounded label (the router's
+//! `RejectReason::label()` or one of the frontend's own), also used as the metric label, and
+//! `stage` says where the request stopped.
 //!
 //! Status codes: malformed input 400, oversized body 413, a shed request (queue full,
 //! deadline, may-not-queue, overload) 429 with `Retry-After: 1`, no worker or no router 503,
-//! a failing worker 502, anything that is our bug 500.
+//! a failing worker 502, anything that is our bug 500; a class the `x-policy-class` header may
+//! not pick 403, and a classifier's refusal the rule's own status.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +37,8 @@ pub struct ApiError {
     pub class: Option<String>,
     pub stage: Stage,
     pub reason: &'static str,
+    /// The classifier rule that decided, when one did.
+    pub rule: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -50,6 +54,8 @@ struct Inner<'a> {
     class: Option<&'a str>,
     stage: Stage,
     reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
 }
 
 impl ApiError {
@@ -61,6 +67,7 @@ impl ApiError {
             class: None,
             stage,
             reason,
+            rule: None,
         }
     }
 
@@ -115,6 +122,42 @@ impl ApiError {
         )
         .message(err.to_string())
         .class(Some(err.class.clone()))
+    }
+
+    /// A classifier rule refused the request with its own status (4xx or 5xx) and message.
+    pub fn refused_by_rule(status: u16, message: String, rule: String) -> Self {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+        let kind = match status {
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            s if s.is_server_error() => "service_unavailable",
+            _ => "permission_error",
+        };
+        let mut err = Self::new(status, kind, Stage::Request, "refused_by_rule").message(message);
+        err.rule = Some(rule);
+        err
+    }
+
+    /// The `x-policy-class` header named a class that the matched rule (if any) does not let
+    /// a request pick.
+    pub fn class_not_permitted(class: String, rule: Option<String>) -> Self {
+        let message = match &rule {
+            Some(rule) => format!(
+                "policy class `{class}` may not be requested by header (classifier `{rule}` does not allow it)"
+            ),
+            None => format!(
+                "policy class `{class}` may not be requested by header (no classifier allows it)"
+            ),
+        };
+        let mut err = Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            Stage::Request,
+            "class_not_permitted",
+        )
+        .message(message)
+        .class(Some(class));
+        err.rule = rule;
+        err
     }
 
     /// The router refused the request.
@@ -217,6 +260,7 @@ impl ApiError {
                 class: self.class.as_deref(),
                 stage: self.stage,
                 reason: self.reason,
+                rule: self.rule.as_deref(),
             },
         };
         serde_json::to_string(&body).unwrap_or_else(|_| String::from(r#"{"error":{}}"#))

@@ -1,15 +1,17 @@
 //! The route handlers: the two OpenAI routes (read, parse, tokenize, admit, proxy) and the
 //! operational ones (`/v1/models`, `/health`, `/ready`, `/metrics`, `/debug/state`).
 //!
-//! An OpenAI request goes: class header → body under the size limit → parse → tokenize →
-//! `route` → on admission a [`BookingGuard`] at once (no await in between, so a dropped
-//! handler can never leak a booking) → `proxy::forward`. Every failure is an [`ApiError`]
-//! counted under its class and reason.
+//! An OpenAI request goes: class header → permit → body under the size limit → parse →
+//! tokenize → classify (once, before any hop: `classify.rs`) → `route` → on admission a
+//! [`BookingGuard`] at once (no await in between, so a dropped handler can never leak a
+//! booking) → `proxy::forward`. Every failure is an [`ApiError`] counted under its class
+//! (`unknown` before the request was classified) and reason.
 
 use super::AppState;
 use super::admit::{Class, admit, route_request};
+use super::classify::classify;
 use super::error::ApiError;
-use super::openai::Endpoint;
+use super::openai::{Endpoint, ParsedRequest};
 use super::proxy::{BookingGuard, forward};
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -53,6 +55,7 @@ async fn openai(
         otel.kind = "server",
         http.route = endpoint.path(),
         class = tracing::field::Empty,
+        classifier.rule = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
     );
     crate::telemetry::propagation::set_remote_parent(&span, &headers);
@@ -69,63 +72,111 @@ async fn handle_openai(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let class = match resolve_class(&state, &headers) {
-        Ok(class) => class,
-        Err(err) => {
-            state.metrics.request(endpoint.label(), "unknown");
-            state.metrics.rejection("unknown", err.reason);
-            return err.into_response();
+    let header = class_header(&headers).and_then(|requested| {
+        let known = known_class(&state, requested)?;
+        Ok((requested, known))
+    });
+    if let Ok((_, Some(class))) = &header {
+        tracing::Span::current().record("class", class.name.as_str());
+    }
+    let (class, outcome) = match header {
+        Err(err) => (None, Err(err)),
+        Ok((requested, known)) => {
+            match prepare(&state, endpoint, &headers, body, requested).await {
+                Ok(prepared) => {
+                    let class = prepared.class.clone();
+                    let outcome = admit_and_forward(&state, &headers, prepared).await;
+                    (Some(class), outcome)
+                }
+                Err(err) => (known, Err(err)),
+            }
         }
     };
-    tracing::Span::current().record("class", class.name.as_str());
-    state.metrics.request(endpoint.label(), &class.name);
-    let outcome = match state.permits.clone().try_acquire_owned() {
-        Ok(permit) => admit_and_forward(&state, endpoint, &headers, body, &class, permit).await,
-        Err(_) => Err(ApiError::saturated(state.limits.max_concurrent_requests)),
-    };
+    // A request that failed before its class was known has none: `unknown`.
+    let label = class.as_ref().map_or("unknown", |c| c.name.as_str());
+    state.metrics.request(endpoint.label(), label);
     outcome.unwrap_or_else(|err| {
-        let err = if err.class.is_none() {
-            err.class(Some(class.name.clone()))
-        } else {
-            err
-        };
-        state.metrics.rejection(&class.name, err.reason);
-        err.into_response()
-    })
-}
-
-/// The request's class, once for every hop: the `x-policy-class` header, else the profile's
-/// default; an unknown name or an unreadable header is a 400.
-fn resolve_class(state: &AppState, headers: &HeaderMap) -> Result<Class, ApiError> {
-    let requested = match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
-        None | Some(Ok("")) => None,
-        Some(Ok(v)) => Some(v),
-        Some(Err(_)) => {
-            return Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII"));
+        state.metrics.rejection(label, err.reason);
+        match (&err.class, &class) {
+            (None, Some(class)) => err.class(Some(class.name.clone())),
+            _ => err,
         }
-    };
-    let id = state
-        .profile
-        .resolve(requested)
-        .map_err(|e| ApiError::unknown_class(&e))?;
-    Ok(Class {
-        id,
-        name: state.class_name(id),
+        .into_response()
     })
 }
 
-async fn admit_and_forward(
+/// A request ready for its first hop: parsed, tokenized, classified, holding its permit.
+struct Prepared {
+    request: ParsedRequest,
+    tokens: Vec<u32>,
+    class: Class,
+    permit: OwnedSemaphorePermit,
+}
+
+/// Everything before the first hop: a permit, the body under its limit, parsing and
+/// tokenizing, then the one classification (`classify`) every hop runs under.
+async fn prepare(
     state: &AppState,
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: Body,
-    class: &Class,
-    permit: OwnedSemaphorePermit,
-) -> Result<Response, ApiError> {
+    requested: Option<&str>,
+) -> Result<Prepared, ApiError> {
+    let permit = state
+        .permits
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::saturated(state.limits.max_concurrent_requests))?;
     let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
     let request = state.prompter.parse(endpoint, &bytes)?;
     drop(bytes);
     let tokens = state.prompter.tokenize(request.prompt.clone()).await;
+    let class = classify(state, &request, tokens.len(), headers, requested)?;
+    Ok(Prepared {
+        request,
+        tokens,
+        class,
+        permit,
+    })
+}
+
+/// The `x-policy-class` header: `None` when absent or empty; unreadable bytes are a 400.
+fn class_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
+        None | Some(Ok("")) => Ok(None),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(_)) => Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII")),
+    }
+}
+
+/// Without classifiers the header alone decides the class, so it is known (and an unknown
+/// one refused) before the body is read; with classifiers it is known once classified.
+fn known_class(state: &AppState, requested: Option<&str>) -> Result<Option<Class>, ApiError> {
+    if !state.profile.classifiers().is_empty() {
+        return Ok(None);
+    }
+    let id = state
+        .profile
+        .resolve(requested)
+        .map_err(|e| ApiError::unknown_class(&e))?;
+    Ok(Some(Class {
+        id,
+        name: state.class_name(id),
+    }))
+}
+
+async fn admit_and_forward(
+    state: &AppState,
+    headers: &HeaderMap,
+    prepared: Prepared,
+) -> Result<Response, ApiError> {
+    let Prepared {
+        request,
+        tokens,
+        class,
+        permit,
+    } = prepared;
+    let class = &class;
     if let Some(decode) = &state.decode {
         let d = super::disagg::Disagg {
             request,
@@ -230,8 +281,9 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// The admitting router's `Observe` snapshot at the top level and, when the node is attached,
-/// every actor's snapshot under `node` (routers of all pools, peer sync, KV events, registry).
+/// The admitting router's `Observe` snapshot at the top level, the classifier decisions per
+/// rule under `classifiers` and, when the node is attached, every actor's snapshot under
+/// `node` (routers of all pools, peer sync, KV events, registry).
 pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
     let Ok(snapshot) = state.router.observe().await else {
         return ApiError::router_gone().into_response();
@@ -240,8 +292,12 @@ pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response 
         Ok(body) => body,
         Err(_) => return ApiError::router_gone().into_response(),
     };
-    if let (Some(node), Some(map)) = (state.metrics.node(), body.as_object_mut()) {
-        map.insert("node".to_owned(), node.gather().await.to_json());
+    if let Some(map) = body.as_object_mut() {
+        let counts = serde_json::to_value(state.classified.snapshot()).unwrap_or_default();
+        map.insert("classifiers".to_owned(), counts);
+        if let Some(node) = state.metrics.node() {
+            map.insert("node".to_owned(), node.gather().await.to_json());
+        }
     }
     Json(body).into_response()
 }

@@ -1,8 +1,9 @@
 //! The OpenAI-compatible HTTP frontend of a router node (axum).
 //!
 //! One request's path: `handlers` reads the body under a size limit and `openai` parses it
-//! (prompt, chat messages, `max_tokens`, `stream`) and tokenizes the prompt; the class comes
-//! from the `x-policy-class` header; the pool's `RouterHandle::route` admits or rejects it;
+//! (prompt, chat messages, `max_tokens`, `stream`) and tokenizes the prompt; `classify` picks
+//! the class once, before any hop (the profile's `[[classifiers]]`, or the `x-policy-class`
+//! header, else the default); the pool's `RouterHandle::route` admits or rejects it;
 //! `proxy` looks up the admitted worker's endpoint in the [`WorkerDirectory`], forwards the
 //! body with `stream: true`, tells the router `prefill_done` at the first upstream chunk and
 //! streams the chunks back (or assembles one JSON body for a non-streaming client). A
@@ -14,12 +15,14 @@
 //! decode leg instead (`disagg`).
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
-//! `proxy.rs`, `disagg.rs`, `error.rs`, `tokenizer.rs` (the [`Prompter`]:
-//! tokenizer and chat rendering), `chat_template.rs`.
+//! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
+//! `disagg/`, `error.rs`, `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering),
+//! `chat_template.rs`.
 
 mod admit;
 mod assemble;
 mod chat_template;
+mod classify;
 mod disagg;
 mod error;
 mod handlers;
@@ -29,6 +32,7 @@ mod tokenizer;
 
 pub use crate::metrics::Metrics;
 pub use chat_template::{ChatTemplate, ChatTemplateError};
+pub use classify::{ClassifierCounts, RuleCounts};
 pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
@@ -126,8 +130,11 @@ pub struct AppState {
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
     pub limits: Arc<Limits>,
-    /// The pool's policy profile: class names for metric labels and error bodies.
+    /// The pool's policy profile: the classifiers, class names for metric labels and error
+    /// bodies.
     pub profile: Arc<PolicyProfile>,
+    /// Classifier decisions per rule, shown by `/debug/state`.
+    pub classified: Arc<ClassifierCounts>,
     /// Model names served by `GET /v1/models`.
     pub models: Arc<[String]>,
     /// `GET /ready` answers 200 while this says `true`.
@@ -170,6 +177,7 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             limits: Arc::new(limits),
             profile: Arc::new(profile),
+            classified: Arc::default(),
             models: Arc::from(Vec::new()),
             ready,
             alive: watch::channel(true).1,

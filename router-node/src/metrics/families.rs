@@ -31,6 +31,7 @@ fn wait_histogram() -> Histogram {
 pub(super) struct HttpFamilies {
     pub requests: Counters,
     pub rejections: Counters,
+    pub classified: Counters,
     pub admission_latency: HistogramFamily,
     pub queue_wait: HistogramFamily,
     pub route: HistogramFamily,
@@ -43,6 +44,7 @@ impl HttpFamilies {
         let f = Self {
             requests: Counters::default(),
             rejections: Counters::default(),
+            classified: Counters::default(),
             admission_latency: Family::new_with_constructor(latency_histogram as fn() -> _),
             queue_wait: Family::new_with_constructor(wait_histogram as fn() -> _),
             route: Family::new_with_constructor(latency_histogram as fn() -> _),
@@ -59,6 +61,11 @@ impl HttpFamilies {
             "http_rejections",
             "Requests answered with an error, by policy class and reason",
             f.rejections.clone(),
+        );
+        r.register(
+            "classified_requests",
+            "Requests classified at the frontend, by policy class and classifier rule",
+            f.classified.clone(),
         );
         r.register(
             "admission_latency_seconds",

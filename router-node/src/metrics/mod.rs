@@ -7,12 +7,17 @@
 //! - `record.rs`: a [`NodeScrape`] written into that scrape's families, per kind of actor.
 //!
 //! Label values are bounded: `class` is a configured class name (or `unknown` for a request
-//! whose class could not be resolved), `endpoint` is one of the two OpenAI routes and
-//! `reason` is a fixed label from `ApiError` / `RejectReason::label()`.
+//! that failed before its class was known: an unreadable or unknown class header and, with
+//! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or
+//! `none`), `endpoint` is one of the two OpenAI routes and `reason` is a fixed label from
+//! `ApiError` / `RejectReason::label()`.
 //!
 //! - `switchyard_http_requests_total{endpoint,class}`: requests that reached admission or
 //!   failed before it.
 //! - `switchyard_http_rejections_total{class,reason}`: every error answer.
+//! - `switchyard_classified_requests_total{class,rule}`: requests classified at the frontend,
+//!   by the class chosen and the `[[classifiers]]` rule that chose it (`none`: no rule
+//!   matched, or the profile has none). Refusals are rejections (`reason="refused_by_rule"`).
 //! - `switchyard_admission_latency_seconds{class}`: from the `route` call to its outcome
 //!   (queue wait included).
 //! - `switchyard_http_inflight`: admitted requests still being proxied.
@@ -140,6 +145,17 @@ impl Metrics {
             .get_or_create(&vec![
                 ("class", class.to_owned()),
                 ("reason", reason.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A request classified into `class` by `rule` (`none`: no rule matched).
+    pub fn classified(&self, class: &str, rule: &str) {
+        self.http
+            .classified
+            .get_or_create(&vec![
+                ("class", class.to_owned()),
+                ("rule", rule.to_owned()),
             ])
             .inc();
     }

@@ -187,7 +187,17 @@ pub async fn spawn_node(workers: &[&str], limits: Limits) -> Node {
 
 /// [`spawn_node`] with the tokenizer and chat rendering of `prompter`.
 pub async fn spawn_node_with(workers: &[&str], limits: Limits, prompter: Prompter) -> Node {
-    let profile = PolicyProfile::from_toml_str(PROFILE).unwrap();
+    spawn_node_profiled(workers, limits, prompter, PROFILE).await
+}
+
+/// [`spawn_node_with`] under the policy profile `profile` (TOML).
+pub async fn spawn_node_profiled(
+    workers: &[&str],
+    limits: Limits,
+    prompter: Prompter,
+    profile: &str,
+) -> Node {
+    let profile = PolicyProfile::from_toml_str(profile).unwrap();
     let clock = Clock::start();
     let args = RouterArgs {
         recheck_every: Duration::from_millis(50),

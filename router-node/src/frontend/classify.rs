@@ -1,0 +1,145 @@
+//! Request classification at the frontend: once per request, after parsing and tokenizing
+//! and before any hop, the profile's `[[classifiers]]` pick the class (or refuse) from the
+//! request's facts. The class then travels with the request to every leg.
+//!
+//! Here: the facts of a parsed request ([`classify`]), the bookkeeping of each decision
+//! (the request span's `class` / `classifier.rule`, the
+//! `switchyard_classified_requests_total{class,rule}` counter, the per-rule counts that
+//! `/debug/state` shows under `classifiers`) and the error answers: a refusal with the
+//! rule's status and message, 403 for a class the header may not pick, 400 for an unknown
+//! one. Each error body names the rule (`"rule"`).
+
+use super::AppState;
+use super::admit::Class;
+use super::error::ApiError;
+use super::openai::{Endpoint, ParsedRequest};
+use axum::http::HeaderMap;
+use router_core::policy::{self, BodyField, Classification, ClassifyError, RequestFacts};
+use serde::Serialize;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The `rule` label of a request no rule matched.
+const NO_RULE: &str = "none";
+
+/// Classifies a parsed, tokenized request and records the decision. `requested` is the
+/// `x-policy-class` header's value (`None` or empty: none).
+pub(super) fn classify(
+    state: &AppState,
+    request: &ParsedRequest,
+    prompt_tokens: usize,
+    headers: &HeaderMap,
+    requested: Option<&str>,
+) -> Result<Class, ApiError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let body_field = |field: &BodyField| body_field(&request.body, field);
+    let facts = RequestFacts {
+        model: &request.model,
+        endpoint: match request.endpoint {
+            Endpoint::Completions => policy::Endpoint::Completions,
+            Endpoint::Chat => policy::Endpoint::Chat,
+        },
+        prompt_tokens: u64::try_from(prompt_tokens).unwrap_or(u64::MAX),
+        max_tokens: request
+            .max_tokens
+            .unwrap_or(state.limits.default_max_tokens),
+        requested,
+        header: &header,
+        body_field: &body_field,
+    };
+    let span = tracing::Span::current();
+    match state.profile.classify(&facts) {
+        Ok(Classification::Classified { class, rule, .. }) => {
+            let name = state.class_name(class);
+            span.record("class", name.as_str());
+            if let Some(rule) = &rule {
+                span.record("classifier.rule", rule.as_str());
+            }
+            let label = rule.as_deref().unwrap_or(NO_RULE);
+            state.metrics.classified(&name, label);
+            state.classified.classified(label, &name);
+            Ok(Class { id: class, name })
+        }
+        Ok(Classification::Refused {
+            status,
+            message,
+            rule,
+        }) => {
+            span.record("classifier.rule", rule.as_str());
+            state.classified.refused(&rule);
+            Err(ApiError::refused_by_rule(status, message, rule))
+        }
+        Err(ClassifyError::Unknown(e)) => Err(ApiError::unknown_class(&e)),
+        Err(ClassifyError::NotPermitted { class, rule }) => {
+            if let Some(rule) = &rule {
+                span.record("classifier.rule", rule.as_str());
+            }
+            Err(ApiError::class_not_permitted(class, rule))
+        }
+    }
+}
+
+/// A body field as text: strings as they are, numbers and booleans as their JSON text.
+fn body_field<'a>(
+    body: &'a serde_json::Map<String, Value>,
+    field: &BodyField,
+) -> Option<Cow<'a, str>> {
+    let value = match field {
+        BodyField::TopLevel(name) => body.get(name)?,
+        BodyField::Metadata(key) => body.get("metadata")?.as_object()?.get(key)?,
+    };
+    match value {
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        Value::Bool(b) => Some(Cow::Owned(b.to_string())),
+        _ => None,
+    }
+}
+
+/// Decisions per rule since start, for `/debug/state`.
+#[derive(Debug, Default)]
+pub struct ClassifierCounts {
+    rules: Mutex<BTreeMap<String, RuleCounts>>,
+}
+
+/// One rule's decisions (`none`: requests no rule matched).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RuleCounts {
+    /// Requests classified, by class.
+    pub classified: BTreeMap<String, u64>,
+    pub refused: u64,
+}
+
+impl ClassifierCounts {
+    fn with(&self, rule: &str, f: impl FnOnce(&mut RuleCounts)) {
+        // A poisoned lock only loses debug counts, never a request.
+        if let Ok(mut rules) = self.rules.lock() {
+            if let Some(counts) = rules.get_mut(rule) {
+                f(counts);
+            } else {
+                f(rules.entry(rule.to_owned()).or_default());
+            }
+        }
+    }
+
+    fn classified(&self, rule: &str, class: &str) {
+        self.with(rule, |c| {
+            if let Some(n) = c.classified.get_mut(class) {
+                *n += 1;
+            } else {
+                c.classified.insert(class.to_owned(), 1);
+            }
+        });
+    }
+
+    fn refused(&self, rule: &str) {
+        self.with(rule, |c| c.refused += 1);
+    }
+
+    /// The counts by rule name.
+    pub fn snapshot(&self) -> BTreeMap<String, RuleCounts> {
+        self.rules.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
