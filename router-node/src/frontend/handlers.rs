@@ -82,7 +82,7 @@ async fn handle_openai(
     let (class, outcome) = match header {
         Err(err) => (None, Err(err)),
         Ok((requested, known)) => {
-            match prepare(&state, endpoint, &headers, body, requested).await {
+            match prepare(&state, endpoint, &headers, body, requested, known.clone()).await {
                 Ok(prepared) => {
                     let class = prepared.class.clone();
                     let outcome = admit_and_forward(&state, &headers, prepared).await;
@@ -121,6 +121,7 @@ async fn prepare(
     headers: &HeaderMap,
     body: Body,
     requested: Option<&str>,
+    known: Option<Class>,
 ) -> Result<Prepared, ApiError> {
     let permit = state
         .permits
@@ -131,7 +132,11 @@ async fn prepare(
     let request = state.prompter.parse(endpoint, &bytes)?;
     drop(bytes);
     let tokens = state.prompter.tokenize(request.prompt.clone()).await;
-    let class = classify(state, &request, tokens.len(), headers, requested)?;
+    // Without classifiers the header already decided (`known`): nothing more to evaluate.
+    let class = match known {
+        Some(class) => class,
+        None => classify(state, &request, tokens.len(), headers, requested)?,
+    };
     Ok(Prepared {
         request,
         tokens,
