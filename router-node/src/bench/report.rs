@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::loadgen::Outcome;
 use crate::report::{
-    ClassTable, Column, Latency, Percentiles, cell, reason_counts, reasons_line, round,
+    ClassTable, Column, Latency, Percentiles, cell, col, reason_counts, reasons_line, round,
 };
 
 /// The class name of requests sent without a class header.
@@ -173,66 +173,21 @@ impl Acc {
 
 /// The table's columns.
 const COLUMNS: &[Column] = &[
-    Column {
-        title: "class",
-        width: 12,
-    },
-    Column {
-        title: "sent",
-        width: 6,
-    },
-    Column {
-        title: "ok",
-        width: 6,
-    },
-    Column {
-        title: "shed",
-        width: 6,
-    },
-    Column {
-        title: "errors",
-        width: 6,
-    },
-    Column {
-        title: "ttft p50",
-        width: 9,
-    },
-    Column {
-        title: "ttft p90",
-        width: 9,
-    },
-    Column {
-        title: "ttft p99",
-        width: 9,
-    },
-    Column {
-        title: "itl p50",
-        width: 8,
-    },
-    Column {
-        title: "itl p99",
-        width: 8,
-    },
-    Column {
-        title: "e2e p50",
-        width: 9,
-    },
-    Column {
-        title: "e2e p99",
-        width: 9,
-    },
-    Column {
-        title: "req/s",
-        width: 8,
-    },
-    Column {
-        title: "out tok/s",
-        width: 9,
-    },
-    Column {
-        title: "hit %",
-        width: 6,
-    },
+    col("class", 12),
+    col("sent", 6),
+    col("ok", 6),
+    col("shed", 6),
+    col("errors", 6),
+    col("ttft p50", 9),
+    col("ttft p90", 9),
+    col("ttft p99", 9),
+    col("itl p50", 8),
+    col("itl p99", 8),
+    col("e2e p50", 9),
+    col("e2e p99", 9),
+    col("req/s", 8),
+    col("out tok/s", 9),
+    col("hit %", 6),
 ];
 
 impl BenchReport {

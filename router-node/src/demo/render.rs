@@ -5,52 +5,22 @@
 
 use std::fmt::Write as _;
 
-use router_node::report::{ClassTable, Column, cell, reason_counts, reasons_line};
+use router_node::report::{ClassTable, Column, cell, col, reason_counts, reasons_line};
 
 use super::report::Report;
 
 /// The class table's columns.
 const COLUMNS: &[Column] = &[
-    Column {
-        title: "class",
-        width: 12,
-    },
-    Column {
-        title: "requests",
-        width: 8,
-    },
-    Column {
-        title: "admitted",
-        width: 8,
-    },
-    Column {
-        title: "direct",
-        width: 7,
-    },
-    Column {
-        title: "queued",
-        width: 8,
-    },
-    Column {
-        title: "rejected",
-        width: 8,
-    },
-    Column {
-        title: "wait p50",
-        width: 10,
-    },
-    Column {
-        title: "wait p99",
-        width: 10,
-    },
-    Column {
-        title: "ttft p50",
-        width: 10,
-    },
-    Column {
-        title: "ttft p99",
-        width: 10,
-    },
+    col("class", 12),
+    col("requests", 8),
+    col("admitted", 8),
+    col("direct", 7),
+    col("queued", 8),
+    col("rejected", 8),
+    col("wait p50", 10),
+    col("wait p99", 10),
+    col("ttft p50", 10),
+    col("ttft p99", 10),
 ];
 
 impl Report {

@@ -11,4 +11,4 @@ mod percentiles;
 mod table;
 
 pub use percentiles::{Latency, Percentiles, micros, round};
-pub use table::{ClassTable, Column, cell, reason_counts, reasons_line};
+pub use table::{ClassTable, Column, cell, col, reason_counts, reasons_line};

@@ -13,6 +13,11 @@ pub struct Column {
     pub width: usize,
 }
 
+/// A column `title` of `width` characters (for `const` column lists).
+pub const fn col(title: &'static str, width: usize) -> Column {
+    Column { title, width }
+}
+
 /// A fixed-width table of per-class rows, written as it is filled.
 #[derive(Debug, Clone)]
 pub struct ClassTable {

@@ -13,47 +13,20 @@ use serde_json::Value;
 
 use super::load::{Finished, Outcome};
 use router_node::report::{
-    ClassTable, Column, Latency, Percentiles, cell, reason_counts, reasons_line, round,
+    ClassTable, Column, Latency, Percentiles, cell, col, reason_counts, reasons_line, round,
 };
 
 /// The class table's columns.
 const COLUMNS: &[Column] = &[
-    Column {
-        title: "class",
-        width: 12,
-    },
-    Column {
-        title: "requests",
-        width: 8,
-    },
-    Column {
-        title: "admitted",
-        width: 8,
-    },
-    Column {
-        title: "completed",
-        width: 9,
-    },
-    Column {
-        title: "rejected",
-        width: 8,
-    },
-    Column {
-        title: "ttft p50",
-        width: 9,
-    },
-    Column {
-        title: "ttft p99",
-        width: 9,
-    },
-    Column {
-        title: "e2e p50",
-        width: 9,
-    },
-    Column {
-        title: "e2e p99",
-        width: 9,
-    },
+    col("class", 12),
+    col("requests", 8),
+    col("admitted", 8),
+    col("completed", 9),
+    col("rejected", 8),
+    col("ttft p50", 9),
+    col("ttft p99", 9),
+    col("e2e p50", 9),
+    col("e2e p99", 9),
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
