@@ -27,7 +27,14 @@ pub enum LinkError {
     Encode(#[from] EncodeError),
     #[error("heartbeat period must be above zero")]
     ZeroPeriod,
+    /// The bus did not take what was queued in time (it is down): a stopping worker does not
+    /// wait for it to come back.
+    #[error("the bus did not flush within {0:?}")]
+    FlushTimeout(Duration),
 }
+
+/// How long [`WorkerLink::shutdown`] waits for the bus to take what is queued.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Counts of what the link sent, shared with its heartbeat task.
 #[derive(Debug, Default)]
@@ -146,8 +153,10 @@ impl WorkerLink {
         if let Some(task) = self.heartbeat.take() {
             task.abort();
         }
-        self.bus.flush().await?;
-        Ok(())
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
+            Ok(flushed) => Ok(flushed?),
+            Err(_) => Err(LinkError::FlushTimeout(FLUSH_TIMEOUT)),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `router-node worker` as a process: usage errors exit 2 with a message, an unreachable NATS
-//! exits 1, and a standalone worker serves until SIGTERM and then exits 0.
+//! exits 1, a standalone worker serves until SIGTERM and then exits 0, and a worker whose
+//! nats-server went away still stops at SIGTERM.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -54,18 +55,11 @@ fn startup_failures_exit_1() {
     assert!(err.contains("subject"), "{err}");
 }
 
-#[tokio::test]
-async fn a_standalone_worker_serves_until_sigterm() {
+/// Starts `router-node worker --sim` with `args` and returns it with the URL it printed.
+async fn start_worker(args: &[&str]) -> (std::process::Child, String) {
     let mut child = Command::new(router_node_bin())
-        .args([
-            "worker",
-            "--sim",
-            "--standalone",
-            "--listen",
-            "127.0.0.1:0",
-            "--speedup",
-            "50",
-        ])
+        .args(["worker", "--sim", "--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -83,6 +77,31 @@ async fn a_standalone_worker_serves_until_sigterm() {
         .find(|w| w.starts_with("http://"))
         .expect("the worker prints its URL")
         .to_owned();
+    (child, url)
+}
+
+/// Sends SIGTERM and waits (at most 10 s) for the exit status; a worker still running then
+/// is killed and the test fails.
+async fn terminate(mut child: std::process::Child) -> std::process::ExitStatus {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the worker did not stop within 10 s of SIGTERM");
+}
+
+#[tokio::test]
+async fn a_standalone_worker_serves_until_sigterm() {
+    let (child, url) = start_worker(&["--standalone", "--speedup", "50"]).await;
     let body: serde_json::Value = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))
         .json(&serde_json::json!({"model": "sim", "prompt": "hi", "max_tokens": 2}))
@@ -93,19 +112,18 @@ async fn a_standalone_worker_serves_until_sigterm() {
         .await
         .unwrap();
     assert_eq!(body["choices"][0]["text"], "tok tok ");
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::task::spawn_blocking(move || child.wait().unwrap()),
-    )
-    .await
-    .expect("the worker stops after SIGTERM")
-    .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(terminate(child).await.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_worker_whose_nats_server_is_gone_still_stops_at_sigterm() {
+    let nats = router_actors::testkit::NatsServer::start()
+        .await
+        .expect("nats-server starts");
+    let (child, _url) = start_worker(&["--nats", nats.url(), "--speedup", "50"]).await;
+    drop(nats); // kills the server: the worker's bus is down from here on
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(terminate(child).await.code(), Some(0));
 }
 
 #[test]

@@ -367,8 +367,10 @@ impl SimWorker {
         {
             self.engine_task.abort();
         }
-        if let Some(link) = self.link.take().and_then(|l| Arc::try_unwrap(l).ok()) {
-            let _ = link.shutdown().await;
+        if let Some(link) = self.link.take().and_then(|l| Arc::try_unwrap(l).ok())
+            && let Err(error) = link.shutdown().await
+        {
+            tracing::warn!(%error, "stopping without flushing the bus");
         }
         served
     }
