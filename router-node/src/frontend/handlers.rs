@@ -82,13 +82,20 @@ async fn handle_openai(
     let (class, outcome) = match header {
         Err(err) => (None, Err(err)),
         Ok((requested, known)) => {
-            match prepare(&state, endpoint, &headers, body, requested, known.clone()).await {
-                Ok(prepared) => {
-                    let class = prepared.class.clone();
-                    let outcome = admit_and_forward(&state, &headers, prepared).await;
+            // Kept for the error path alone: the class moves into `prepare` (no clone per request).
+            let known_id = known.as_ref().map(|c| c.id);
+            match prepare(&state, endpoint, &headers, body, requested, known).await {
+                Ok((prepared, class)) => {
+                    let outcome = admit_and_forward(&state, &headers, prepared, &class).await;
                     (Some(class), outcome)
                 }
-                Err(err) => (known, Err(err)),
+                Err(err) => {
+                    let known = known_id.map(|id| Class {
+                        id,
+                        name: state.class_name(id),
+                    });
+                    (known, Err(err))
+                }
             }
         }
     };
@@ -105,11 +112,11 @@ async fn handle_openai(
     })
 }
 
-/// A request ready for its first hop: parsed, tokenized, classified, holding its permit.
+/// A request ready for its first hop: parsed, tokenized, holding its permit (its class comes
+/// beside it).
 struct Prepared {
     request: ParsedRequest,
     tokens: Vec<u32>,
-    class: Class,
     permit: OwnedSemaphorePermit,
 }
 
@@ -122,7 +129,7 @@ async fn prepare(
     body: Body,
     requested: Option<&str>,
     known: Option<Class>,
-) -> Result<Prepared, ApiError> {
+) -> Result<(Prepared, Class), ApiError> {
     let permit = state
         .permits
         .clone()
@@ -137,12 +144,14 @@ async fn prepare(
         Some(class) => class,
         None => classify(state, &request, tokens.len(), headers, requested)?,
     };
-    Ok(Prepared {
-        request,
-        tokens,
+    Ok((
+        Prepared {
+            request,
+            tokens,
+            permit,
+        },
         class,
-        permit,
-    })
+    ))
 }
 
 /// The `x-policy-class` header: `None` when absent or empty; unreadable bytes are a 400.
@@ -174,14 +183,13 @@ async fn admit_and_forward(
     state: &AppState,
     headers: &HeaderMap,
     prepared: Prepared,
+    class: &Class,
 ) -> Result<Response, ApiError> {
     let Prepared {
         request,
         tokens,
-        class,
         permit,
     } = prepared;
-    let class = &class;
     if let Some(decode) = &state.decode {
         let d = super::disagg::Disagg {
             request,
