@@ -168,6 +168,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             endpoint: format!("http://127.0.0.1:1/{id}"),
             heartbeat_ms: 0,
             lease_ms: 10_000,
+            leaving: false,
         };
         links.push(
             WorkerLink::start(

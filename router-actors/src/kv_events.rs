@@ -16,7 +16,7 @@ use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
 use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
 use crate::wire::{Envelope, KvEventBatch, SeqEvent, SeqTracker, Subjects};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use router_core::index::EventKind;
+use router_core::index::{EventKind, IndexStats};
 use router_core::{PoolRole, SharedKvIndex};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -103,6 +103,9 @@ pub struct PublisherView {
 pub struct KvEventsSnapshot {
     pub pool: PoolRole,
     pub counters: KvEventsCounters,
+    /// The pool's prefix index: workers, ranks, distinct blocks, (rank, block) entries, and
+    /// what it made of the events.
+    pub index: IndexStats,
     /// Sorted by sender.
     pub publishers: Vec<PublisherView>,
     pub edge: EdgeCounts,
@@ -206,6 +209,7 @@ impl KvEventsState {
         KvEventsSnapshot {
             pool: self.pool,
             counters: self.counters.clone(),
+            index: self.index.stats(),
             publishers,
             edge: self.inbox.counts(),
         }

@@ -80,6 +80,9 @@ pub struct NodeConfig {
     /// not `route`): a stuck actor is then an error, never a hang.
     pub call_timeout: Duration,
     pub seed: u64,
+    /// More children for the node's supervisor, started after its own actors and restarted
+    /// under the same policy (a router node's engine links).
+    pub extra_children: Vec<crate::supervisor::ChildSpec>,
 }
 
 impl NodeConfig {
@@ -106,6 +109,7 @@ impl NodeConfig {
             restart: RestartPolicy::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             seed: 0,
+            extra_children: Vec::new(),
         }
     }
 }
@@ -263,6 +267,7 @@ impl Node {
         ));
         let registry =
             RegistryHandle::from_slot(slot, shared).with_call_timeout(config.call_timeout);
+        children.extend(config.extra_children.iter().cloned());
         let (supervisor, supervisor_done) = Actor::spawn(
             None,
             NodeSupervisor,

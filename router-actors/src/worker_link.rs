@@ -1,15 +1,17 @@
-//! The worker side of the bus, for (simulated) engines: announce yourself every heartbeat
-//! period on `workers.<pool>.announce` and publish KV events on `kv.<pool>.events`, both sealed
-//! in versioned envelopes under one sender id.
+//! The worker side of the bus, for simulated engines and the links of real ones: announce
+//! yourself every heartbeat period on `workers.<pool>.announce`, publish KV events on
+//! `kv.<pool>.events` and engine load on `workers.<pool>.load`, all sealed in versioned
+//! envelopes under one sender id.
 //!
 //! The first announcement goes out before [`WorkerLink::start`] returns; then a tokio task
 //! repeats it every period (the announcement's `heartbeat_ms` is set to the period). The task
-//! stops on [`WorkerLink::shutdown`] or when the link is dropped; the routers then drop the
-//! worker when its lease runs out. A failed heartbeat publish is counted and retried at the
+//! stops on [`WorkerLink::leave`] (a last announcement marked `leaving`, on which routers
+//! remove the worker at once), on [`WorkerLink::shutdown`] or when the link is dropped (the
+//! routers then drop the worker when its lease runs out). A failed heartbeat publish is counted and retried at the
 //! next period.
 
 use crate::bus::{Bus, BusError};
-use crate::wire::{EncodeError, Outbox, Subjects, WorkerAnnounce};
+use crate::wire::{EncodeError, Outbox, Subjects, WorkerAnnounce, WorkerLoad};
 use router_core::{KvEvent, PoolRole, WorkerId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +44,7 @@ pub struct LinkCounters {
     pub announcements: AtomicU64,
     pub announce_failures: AtomicU64,
     pub kv_batches: AtomicU64,
+    pub load_reports: AtomicU64,
 }
 
 /// One worker's connection to the routers.
@@ -53,6 +56,11 @@ pub struct WorkerLink {
     kv_subject: String,
     /// Seal and publish under one lock, so sequence order is publish order.
     kv_outbox: Mutex<Outbox>,
+    load_subject: String,
+    load_outbox: Mutex<Outbox>,
+    announce_subject: String,
+    /// Shared with the heartbeat task, so the leaving announcement follows its sequence.
+    announce_outbox: Arc<Mutex<Outbox>>,
     announce: watch::Sender<WorkerAnnounce>,
     counters: Arc<LinkCounters>,
     heartbeat: Option<JoinHandle<()>>,
@@ -86,14 +94,15 @@ impl WorkerLink {
         let announce_subject = subjects.announce(pool);
         let mut outbox = Outbox::new(subjects.cluster(), sender);
         let first = outbox.seal(&announce_subject, &announce)?;
+        let outbox = Arc::new(Mutex::new(outbox));
         bus.publish(announce_subject.clone(), first).await?;
         let counters = Arc::new(LinkCounters::default());
         counters.announcements.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = watch::channel(announce);
         let heartbeat = tokio::spawn(heartbeat(
             bus.clone(),
-            announce_subject,
-            outbox,
+            announce_subject.clone(),
+            outbox.clone(),
             rx,
             period,
             counters.clone(),
@@ -105,6 +114,10 @@ impl WorkerLink {
             sender,
             kv_subject: subjects.kv_events(pool),
             kv_outbox: Mutex::new(Outbox::new(subjects.cluster(), sender)),
+            load_subject: subjects.load(pool),
+            load_outbox: Mutex::new(Outbox::new(subjects.cluster(), sender)),
+            announce_subject: announce_subject.clone(),
+            announce_outbox: outbox,
             announce: tx,
             counters,
             heartbeat: Some(heartbeat),
@@ -148,6 +161,39 @@ impl WorkerLink {
         Ok(())
     }
 
+    /// Publishes one rank's engine-reported load.
+    pub async fn publish_load(&self, load: &WorkerLoad) -> Result<(), LinkError> {
+        let mut outbox = self.load_outbox.lock().await;
+        let payload = outbox.seal(&self.load_subject, load)?;
+        self.bus.publish(self.load_subject.clone(), payload).await?;
+        self.counters.load_reports.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Leaves the fleet: stops heart-beating, publishes a last announcement marked
+    /// `leaving` (routers remove the worker, its bookings and its index entries at once) and
+    /// flushes. The last announcement is sealed in the heartbeat's own sequence, after every
+    /// heartbeat already sent.
+    pub async fn leave(mut self) -> Result<(), LinkError> {
+        if let Some(task) = self.heartbeat.take() {
+            task.abort();
+        }
+        let mut last = self.announce.borrow().clone();
+        last.leaving = true;
+        let payload = self
+            .announce_outbox
+            .lock()
+            .await
+            .seal(&self.announce_subject, &last)?;
+        self.bus
+            .publish(self.announce_subject.clone(), payload)
+            .await?;
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
+            Ok(flushed) => Ok(flushed?),
+            Err(_) => Err(LinkError::FlushTimeout(FLUSH_TIMEOUT)),
+        }
+    }
+
     /// Stops heart-beating (the routers drop the worker after its lease) and flushes.
     pub async fn shutdown(mut self) -> Result<(), LinkError> {
         if let Some(task) = self.heartbeat.take() {
@@ -172,7 +218,7 @@ impl Drop for WorkerLink {
 async fn heartbeat(
     bus: Arc<dyn Bus>,
     subject: String,
-    mut outbox: Outbox,
+    outbox: Arc<Mutex<Outbox>>,
     mut announce: watch::Receiver<WorkerAnnounce>,
     period: Duration,
     counters: Arc<LinkCounters>,
@@ -191,7 +237,8 @@ async fn heartbeat(
             }
         }
         let body = announce.borrow_and_update().clone();
-        let sent = match outbox.seal(&subject, &body) {
+        let sealed = outbox.lock().await.seal(&subject, &body);
+        let sent = match sealed {
             Ok(payload) => bus.publish(subject.clone(), payload).await.is_ok(),
             Err(_) => false,
         };

@@ -107,6 +107,7 @@ fn announce(spec: WorkerSpec, pool: PoolRole, lease_ms: u64) -> WorkerAnnounce {
         pool,
         heartbeat_ms: lease_ms / 3,
         lease_ms,
+        leaving: false,
     }
 }
 

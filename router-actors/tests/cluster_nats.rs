@@ -69,6 +69,7 @@ async fn workers(bus: &Arc<dyn Bus>, pool: PoolRole, ids: &[u64], kv: u64) -> Ve
             endpoint: format!("http://127.0.0.1:1/{id}"),
             heartbeat_ms: 0,
             lease_ms: 5_000,
+            leaving: false,
         };
         let subjects = Subjects::new(CLUSTER);
         links.push(

@@ -51,6 +51,7 @@ async fn workers(bus: &Arc<dyn Bus>, ids: &[u64]) -> Vec<WorkerLink> {
             endpoint: format!("http://127.0.0.1:1/{id}"),
             heartbeat_ms: 0,
             lease_ms: 5_000,
+            leaving: false,
         };
         let link = WorkerLink::start(
             Arc::clone(bus),

@@ -52,6 +52,20 @@ fn namespace_seed(namespace: Option<&str>) -> u64 {
     }
 }
 
+/// The hashing namespace of a request or a stored block: its LoRA adapter and its cache salt,
+/// so blocks of different adapters or tenants never share a prefix. `None` when both are
+/// absent (the base model, no salt). Engines' stored blocks and requests must use the same.
+pub fn hash_namespace(lora: Option<&str>, salt: Option<&str>) -> Option<String> {
+    match (lora, salt) {
+        (None, None) => None,
+        (lora, salt) => Some(format!(
+            "lora={}\u{1f}salt={}",
+            lora.unwrap_or(""),
+            salt.unwrap_or("")
+        )),
+    }
+}
+
 /// One [`LocalBlockHash`] per full block of `block_size` tokens; a trailing partial block is
 /// ignored. `block_size == 0` yields no blocks.
 pub fn local_block_hashes(

@@ -38,6 +38,9 @@ enum Command {
     Serve(ConfigArgs),
     /// Run a simulated engine: an OpenAI API over the mocker, announced on the bus.
     Worker(Box<router_node::worker::WorkerArgs>),
+    /// Link a real engine (vLLM, SGLang) to the routers over NATS: announce it, relay its KV
+    /// events and load, and take it out of the fleet when it stops answering.
+    Link(Box<router_node::link::LinkArgs>),
     /// Replay a Mooncake trace against an OpenAI endpoint, open loop, and report TTFT / ITL /
     /// end-to-end percentiles, throughput, shed rate and prefix hit rate per class.
     Bench(BenchArgs),
@@ -145,6 +148,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Demo(args) => run_demo(&args),
         Command::Serve(args) => router_node::serve::main(args.config.as_deref()),
         Command::Worker(args) => router_node::worker::run(&args),
+        Command::Link(args) => router_node::link::run(&args),
         Command::Bench(args) => run_bench(args),
         Command::PrintConfig(args) => print_config(&args),
     }

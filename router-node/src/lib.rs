@@ -4,6 +4,8 @@
 //! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
+//! - `link`: `router-node link`: a sidecar making one real engine (vLLM, SGLang) a worker of
+//!   the fleet over NATS (router-engine's engine link).
 //! - `loadgen`: one measured streaming request (bench and demo).
 //! - `metrics`: the node's Prometheus metrics: declarations, the frontend's recording, and
 //!   the scrape-time reading of the node's actors.
@@ -16,6 +18,7 @@
 pub mod bench;
 pub mod config;
 pub mod frontend;
+pub mod link;
 pub mod loadgen;
 pub mod metrics;
 pub mod report;

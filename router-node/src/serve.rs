@@ -1,6 +1,7 @@
 //! `router-node serve`: one router node behind the OpenAI-compatible HTTP frontend.
 //!
-//! config → telemetry → bus (NATS, or in-process) → `Node::start` → bind the listener →
+//! config → telemetry → bus (NATS, or in-process) → `Node::start` (with one engine link per
+//! `[[engines]]` entry under its supervisor) → bind the listener →
 //! the frontend on it, `/ready` following the node's readiness → on SIGINT/SIGTERM: `/ready`
 //! turns false, no new connections are accepted, in-flight requests and streams get up to
 //! `http.drain_timeout_ms` to finish, then the node's actors stop.
@@ -20,8 +21,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use router_actors::bus::nats::NatsBus;
 use router_actors::bus::{Bus, local::LocalBus};
+use router_actors::supervisor::ActorSlot;
 use router_actors::{Node, NodeError, RegistryHandle};
 use router_core::{PoolRole, WorkerId};
+use router_engine::{EngineLinkArgs, EngineLinkHandle, engine_link_child};
 use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
@@ -112,19 +115,53 @@ pub async fn serve_with_bus(
 ) -> Result<(), ServeError> {
     let profile = config.policy_profile()?;
     let prompter = config.prompter()?;
-    let node_config = config.node_config(profile.clone());
+    let mut node_config = config.node_config(profile.clone());
     let router_id = node_config.router_id;
+    let engines = engine_links(&config, &bus, &mut node_config);
     let node = Node::start(node_config, bus).await?;
-    let started = serve_node(&config, listener, &node, profile, prompter, shutdown).await;
+    let started = serve_node(
+        &config, listener, &node, &engines, profile, prompter, shutdown,
+    )
+    .await;
     tracing::info!(%router_id, "stopping the node");
     node.shutdown().await;
     started
+}
+
+/// One engine link per `[[engines]]` entry, as children of the node's supervisor; their
+/// handles, for `/debug/state`.
+fn engine_links(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    node: &mut router_actors::NodeConfig,
+) -> Vec<EngineLinkHandle> {
+    let subjects = router_actors::wire::Subjects::new(config.node.cluster.clone());
+    config
+        .engines
+        .iter()
+        .enumerate()
+        .map(|(index, engine)| {
+            let args = EngineLinkArgs {
+                bus: Arc::clone(bus),
+                subjects: subjects.clone(),
+                config: engine.link_config(config.node.block_size),
+            };
+            let slot = ActorSlot::empty();
+            node.extra_children.push(engine_link_child(
+                format!("engine-link-{index}"),
+                args,
+                slot.clone(),
+            ));
+            EngineLinkHandle::from_slot(slot).with_call_timeout(node.call_timeout)
+        })
+        .collect()
 }
 
 async fn serve_node(
     config: &Config,
     listener: TcpListener,
     node: &Node,
+    engines: &[EngineLinkHandle],
     profile: router_core::PolicyProfile,
     prompter: frontend::Prompter,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -164,7 +201,10 @@ async fn serve_node(
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.
     let state = AppState {
-        metrics: Arc::new(frontend::Metrics::new().with_node(NodeSources::from_node(node))),
+        metrics: Arc::new(
+            frontend::Metrics::new()
+                .with_node(NodeSources::from_node(node).with_engines(engines.to_vec())),
+        ),
         ..state
     };
     let state = match decode {

@@ -84,6 +84,7 @@ async fn metrics_show_the_node_behind_a_request() {
             endpoint: worker.url.clone(),
             heartbeat_ms: 50,
             lease_ms: 1_000,
+            leaving: false,
         },
         Duration::from_millis(50),
     )

@@ -87,6 +87,7 @@ impl Served {
             endpoint: endpoint.to_owned(),
             heartbeat_ms: 50,
             lease_ms: 1_000,
+            leaving: false,
         };
         WorkerLink::start(
             self.bus.clone(),

@@ -7,6 +7,10 @@
 //!   clamped to [`RegistryConfig::min_lease`] ..= [`RegistryConfig::max_lease`]).
 //! - A worker whose lease runs out leaves its pool's router (`remove_worker`: its index
 //!   entries and bookings go). One tokio timer is armed for the earliest lease end.
+//! - An announcement marked `leaving` removes its worker at once (only from the sender that
+//!   announced it: a late goodbye of an older incarnation is ignored).
+//! - Engine load reports on `workers.<pool>.load` are kept beside their worker (shown in the
+//!   snapshot and exported by the node), never applied to bookings.
 //! - A known worker announcing from a new sender id is a restarted process (a new
 //!   incarnation): it is removed and added again, so its stale index entries go.
 //! - Refused and counted, never applied: undecodable payloads (by kind), announcements naming
@@ -35,7 +39,7 @@ use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
 use crate::router::RouterHandle;
 use crate::supervisor::OwnedTasks;
-use crate::wire::{Envelope, Subjects, WorkerAnnounce};
+use crate::wire::{Envelope, Subjects, WorkerAnnounce, WorkerLoad};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::{PoolRole, WorkerId};
 use serde::Serialize;
@@ -101,6 +105,11 @@ pub enum RegistryMsg {
         subject_pool: PoolRole,
         envelope: Envelope<WorkerAnnounce>,
     },
+    /// A decoded engine load report read from the load subject of `subject_pool`.
+    Load {
+        subject_pool: PoolRole,
+        envelope: Envelope<WorkerLoad>,
+    },
     /// The lease timer: remove every worker whose lease has run out.
     Expire,
     Observe(RpcReplyPort<RegistrySnapshot>),
@@ -116,6 +125,11 @@ pub struct RegistryCounters {
     /// Known workers announcing from a new sender id (a restarted process).
     pub incarnations: u64,
     pub expired: u64,
+    /// Workers that said they were leaving (removed at once).
+    pub left: u64,
+    /// Engine load reports kept, and those naming no known worker (or an older incarnation).
+    pub load_reports: u64,
+    pub load_unknown: u64,
     pub unserved_pool: u64,
     /// The announcement names another (served) pool than its subject's.
     pub pool_mismatch: u64,
@@ -138,6 +152,19 @@ pub struct WorkerView {
     pub lease_ms: u64,
     pub expires_in_ms: u64,
     pub announcements: u64,
+    pub total_kv_blocks: Option<u64>,
+    pub block_size: u32,
+    /// The engine's own load by dp rank (empty until it reports one).
+    pub load: Vec<RankLoadView>,
+}
+
+/// One rank's engine-reported load, as last heard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankLoadView {
+    pub dp_rank: u32,
+    pub kv_used_blocks: u64,
+    pub waiting: u64,
+    pub running: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -186,6 +213,17 @@ impl Actor for WorkerRegistryActor {
                     envelope,
                 },
             ));
+            let loads = args.bus.subscribe(args.subjects.load(subject_pool)).await?;
+            forwarders.push(spawn_forwarder(
+                loads,
+                args.subjects.cluster().to_owned(),
+                inbox.clone(),
+                myself.clone(),
+                move |envelope| RegistryMsg::Load {
+                    subject_pool,
+                    envelope,
+                },
+            ));
         }
         // A restart carries on with the workers (and leases) the failed incarnation knew.
         let workers = std::mem::take(
@@ -227,6 +265,13 @@ impl Actor for WorkerRegistryActor {
             } => {
                 state.inbox.done();
                 state.announce(subject_pool, envelope);
+            }
+            RegistryMsg::Load {
+                subject_pool,
+                envelope,
+            } => {
+                state.inbox.done();
+                state.load(subject_pool, envelope);
             }
             RegistryMsg::Expire => {
                 state.armed = None;

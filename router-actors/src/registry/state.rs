@@ -3,17 +3,17 @@
 //! hand-back of the table to [`RegistryShared`] when the state is dropped.
 
 use super::{
-    Directory, RegistryConfig, RegistryCounters, RegistryMsg, RegistryShared, RegistrySnapshot,
-    WorkerView,
+    Directory, RankLoadView, RegistryConfig, RegistryCounters, RegistryMsg, RegistryShared,
+    RegistrySnapshot, WorkerView,
 };
 use crate::edge::Inbox;
 use crate::router::RouterHandle;
 use crate::supervisor::OwnedTasks;
-use crate::wire::{Envelope, SeqEvent, SeqTracker, WorkerAnnounce, pool_token};
+use crate::wire::{Envelope, SeqEvent, SeqTracker, WorkerAnnounce, WorkerLoad, pool_token};
 use ractor::concurrency::JoinHandle as TimerHandle;
 use ractor::{ActorRef, MessagingErr};
 use router_core::{PoolRole, WorkerId, WorkerSpec};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -33,6 +33,8 @@ pub(super) struct Entry {
     lease: Duration,
     pub(super) expires: Instant,
     announcements: u64,
+    /// The engine's own load by dp rank, as last reported on `workers.<pool>.load`.
+    load: BTreeMap<u32, RankLoadView>,
 }
 
 pub struct RegistryState {
@@ -97,6 +99,16 @@ impl RegistryState {
             self.counters.stale += 1;
             return;
         }
+        if body.leaving {
+            let key = (token, body.spec.id);
+            // A goodbye from an older incarnation must not remove the current one.
+            if self.workers.get(&key).is_some_and(|e| e.sender == sender) {
+                tracing::info!(worker = %body.spec.id, pool = token, "worker left");
+                self.counters.left += 1;
+                self.remove(key);
+            }
+            return;
+        }
         if let Err(error) = body.spec.validate() {
             self.counters.invalid_spec += 1;
             tracing::warn!(%error, "worker announcement refused");
@@ -125,6 +137,7 @@ impl RegistryState {
                         lease,
                         expires,
                         announcements: 1,
+                        load: BTreeMap::new(),
                     },
                 );
             }
@@ -151,6 +164,11 @@ impl RegistryState {
                 }
                 self.deadlines.remove(&(entry.expires, key));
                 self.deadlines.insert((expires, key));
+                let load = if entry.sender == sender {
+                    std::mem::take(&mut entry.load)
+                } else {
+                    BTreeMap::new()
+                };
                 *entry = Entry {
                     pool: body.pool,
                     spec: body.spec,
@@ -159,6 +177,7 @@ impl RegistryState {
                     lease,
                     expires,
                     announcements: entry.announcements + 1,
+                    load,
                 };
             }
         }
@@ -173,23 +192,55 @@ impl RegistryState {
             if at > now {
                 break;
             }
-            self.deadlines.remove(&(at, key));
-            let Some(entry) = self.workers.remove(&key) else {
-                continue;
-            };
-            tracing::info!(worker = %entry.spec.id, pool = key.0, "worker lease expired");
-            self.counters.expired += 1;
-            self.directory_dirty = true;
-            if let Some(t) = self.seqs.get_mut(key.0) {
-                t.forget(entry.sender);
+            if let Some(entry) = self.workers.get(&key) {
+                tracing::info!(worker = %entry.spec.id, pool = key.0, "worker lease expired");
+                self.counters.expired += 1;
             }
-            if self
-                .router(entry.pool)
-                .is_none_or(|r| r.remove_worker(entry.spec.id).is_err())
-            {
-                self.counters.router_gone += 1;
-            }
+            self.remove(key);
         }
+    }
+
+    /// Removes a worker: from the table, its lease, its sender's sequence and its router (its
+    /// index entries and bookings go).
+    fn remove(&mut self, key: Key) {
+        let Some(entry) = self.workers.remove(&key) else {
+            return;
+        };
+        self.deadlines.remove(&(entry.expires, key));
+        self.directory_dirty = true;
+        if let Some(t) = self.seqs.get_mut(key.0) {
+            t.forget(entry.sender);
+        }
+        if self
+            .router(entry.pool)
+            .is_none_or(|r| r.remove_worker(entry.spec.id).is_err())
+        {
+            self.counters.router_gone += 1;
+        }
+    }
+
+    /// An engine's own load report: kept beside its worker (never in the ledger).
+    pub(super) fn load(&mut self, subject_pool: PoolRole, envelope: Envelope<WorkerLoad>) {
+        let key = (pool_token(subject_pool), envelope.body.worker);
+        let Some(entry) = self.workers.get_mut(&key) else {
+            self.counters.load_unknown += 1;
+            return;
+        };
+        if entry.sender != envelope.sender {
+            self.counters.load_unknown += 1;
+            return;
+        }
+        self.counters.load_reports += 1;
+        let body = envelope.body;
+        entry.load.insert(
+            body.dp_rank,
+            RankLoadView {
+                dp_rank: body.dp_rank,
+                kv_used_blocks: body.kv_used_blocks,
+                waiting: body.waiting,
+                running: body.running,
+            },
+        );
     }
 
     /// After every message: publish the directory if it changed, and keep one timer armed
@@ -259,6 +310,9 @@ impl RegistryState {
                 lease_ms: millis(e.lease),
                 expires_in_ms: millis(e.expires.saturating_duration_since(now)),
                 announcements: e.announcements,
+                total_kv_blocks: e.spec.total_kv_blocks,
+                block_size: e.spec.block_size,
+                load: e.load.values().copied().collect(),
             })
             .collect();
         workers.sort_by_key(|w| (pool_token(w.pool), w.worker));

@@ -16,6 +16,10 @@ pub struct WorkerAnnounce {
     pub heartbeat_ms: u64,
     /// Routers drop the worker when no announcement arrives for this long.
     pub lease_ms: u64,
+    /// The worker is leaving the fleet now (its engine stopped answering, or it is shutting
+    /// down): routers remove it at once instead of waiting for its lease to run out.
+    #[serde(default)]
+    pub leaving: bool,
 }
 
 /// Engine-reported load (never mixed with router bookings).
@@ -25,6 +29,9 @@ pub struct WorkerLoad {
     pub dp_rank: u32,
     pub kv_used_blocks: u64,
     pub waiting: u64,
+    /// Requests the engine is running (absent from older senders: 0).
+    #[serde(default)]
+    pub running: u64,
 }
 
 /// Count and order-independent checksum of a router's live bookings and reservations.

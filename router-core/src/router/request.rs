@@ -55,13 +55,6 @@ impl RouteRequest {
 
     /// The hashing namespace: adapter and salt, so neither shares prefixes with the other.
     pub(crate) fn namespace(&self) -> Option<String> {
-        match (&self.lora, &self.cache_salt) {
-            (None, None) => None,
-            (lora, salt) => Some(format!(
-                "lora={}\u{1f}salt={}",
-                lora.as_deref().unwrap_or(""),
-                salt.as_deref().unwrap_or("")
-            )),
-        }
+        crate::hashing::hash_namespace(self.lora.as_deref(), self.cache_salt.as_deref())
     }
 }

@@ -52,7 +52,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(key: &str, reason: impl Into<String>) -> Self {
+    pub(super) fn invalid(key: &str, reason: impl Into<String>) -> Self {
         Self::Invalid {
             key: key.to_owned(),
             reason: reason.into(),
@@ -171,6 +171,9 @@ impl Config {
         }
         if n.block_size == 0 {
             return Err(ConfigError::invalid("node.block_size", "must be >= 1"));
+        }
+        for (index, engine) in self.engines.iter().enumerate() {
+            engine.validate(index, n.topology)?;
         }
         let h = &self.http;
         if parse_listen(&h.listen).is_none() {

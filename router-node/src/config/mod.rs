@@ -20,10 +20,12 @@
 //! default and meaning; a test keeps it equal to the defaults.
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
-//! validation, conversion to the node's `NodeConfig`).
+//! validation, conversion to the node's `NodeConfig`), `engines.rs` (`[[engines]]`).
 
+mod engines;
 mod load;
 
+pub use engines::{EngineRole, EngineSection};
 pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
 
 use crate::frontend::{DisaggConvention, TiktokenEncoding};
@@ -44,6 +46,9 @@ pub struct Config {
     pub telemetry: TelemetrySection,
     pub tokenizer: TokenizerSection,
     pub disagg: DisaggSection,
+    /// Real engines this node links itself (`[[engines]]`, see `engines.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<EngineSection>,
 }
 
 /// `[disagg]`: the disaggregated path (`node.topology = "disaggregated"`).

@@ -106,6 +106,11 @@ pub(super) struct NodeFamilies {
     pub reserved_decode: Gauges,
     pub worker_requests: Gauges,
     pub registered_workers: Gauges,
+    pub engine_running: Gauges,
+    pub engine_waiting: Gauges,
+    pub engine_kv_used: Gauges,
+    pub engine_kv_total: Gauges,
+    pub engine_link_up: Gauges,
     pub lag: FloatGauges,
     pub lag_samples: Counters,
     pub admissions: Counters,
@@ -164,6 +169,31 @@ impl NodeFamilies {
             "registered_workers",
             "Workers the registry holds a live lease for, by pool",
             self.registered_workers.clone(),
+        );
+        r.register(
+            "engine_requests_running",
+            "Requests the engine itself reports running (its own metrics, not router bookings), by pool, worker and dp rank",
+            self.engine_running.clone(),
+        );
+        r.register(
+            "engine_requests_waiting",
+            "Requests the engine itself reports waiting in its queue, by pool, worker and dp rank",
+            self.engine_waiting.clone(),
+        );
+        r.register(
+            "engine_kv_used_blocks",
+            "KV blocks the engine itself reports in use, by pool, worker and dp rank",
+            self.engine_kv_used.clone(),
+        );
+        r.register(
+            "engine_kv_total_blocks",
+            "KV blocks per rank the worker announced, by pool, worker and dp rank",
+            self.engine_kv_total.clone(),
+        );
+        r.register(
+            "engine_link_up",
+            "1 when this node's engine link has its engine in the fleet, else 0, by engine URL",
+            self.engine_link_up.clone(),
         );
         r.register(
             "peer_sync_lag_seconds",

@@ -30,7 +30,7 @@
 //!   router's own time (mailbox round trip, gate, selection, booking). Admissions only.
 //!   `admission_latency_seconds` is the sum of both (gate + wait + select + book).
 //! - `switchyard_scrape_errors_total{component}`: node actors (`router`, `peer_sync`,
-//!   `kv_events`, `registry`) that were gone or slower than the scrape timeout, and so left
+//!   `kv_events`, `registry`, `engine_link`) that were gone or slower than the scrape timeout, and so left
 //!   out of a scrape.
 //!
 //! With a node attached ([`Metrics::with_node`]), every scrape also observes the node's
@@ -41,6 +41,11 @@
 //!   `switchyard_booked_prefill_tokens`, `switchyard_booked_decode_blocks`,
 //!   `switchyard_reserved_decode_blocks`, `switchyard_worker_requests`, each
 //!   `{pool,worker,dp_rank}`; `switchyard_registered_workers{pool}`;
+//!   the engines' own load as they report it (real engines through their links, simulated
+//!   workers directly), never mixed with bookings: `switchyard_engine_requests_running`,
+//!   `switchyard_engine_requests_waiting`, `switchyard_engine_kv_used_blocks`,
+//!   `switchyard_engine_kv_total_blocks`, each `{pool,worker,dp_rank}`;
+//!   `switchyard_engine_link_up{engine}` for this node's own `[[engines]]` links;
 //!   `switchyard_peer_sync_lag_seconds{pool,quantile="0.5"|"0.99"}` (since the router actor
 //!   started; 0 until a peer's delta was measured, see `peer_sync_lag_samples_total`);
 //! - counters, from the actors' own monotonic counters (they restart from 0 with a restarted
@@ -71,7 +76,13 @@ use prometheus_client::registry::Registry;
 use std::time::Duration;
 
 /// The node components a scrape observes (the `component` label of scrape errors).
-const SCRAPED: [&str; 4] = ["router", "peer_sync", "kv_events", "registry"];
+const SCRAPED: [&str; 5] = [
+    "router",
+    "peer_sync",
+    "kv_events",
+    "registry",
+    "engine_link",
+];
 
 /// The frontend's metric set and its registry.
 pub struct Metrics {

@@ -28,6 +28,12 @@ pub(super) fn node_families(node: &NodeScrape) -> NodeFamilies {
     if let Some(snapshot) = &node.registry {
         registry(&f, snapshot);
     }
+    for link in &node.engines {
+        let up = matches!(link.phase, router_engine::LinkPhase::Serving);
+        f.engine_link_up
+            .get_or_create(&labels([("engine", &link.url)]))
+            .set(i64::from(up));
+    }
     room(&f, &node.room);
     f
 }
@@ -166,6 +172,29 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
         f.registered_workers
             .get_or_create(&labels([("pool", pool_label(*pool))]))
             .set(gauge_value(count as u64));
+    }
+    for worker in &snapshot.workers {
+        let id = worker.worker.0.to_string();
+        for load in &worker.load {
+            let dp_rank = load.dp_rank.to_string();
+            let l = labels([
+                ("pool", pool_label(worker.pool)),
+                ("worker", &id),
+                ("dp_rank", &dp_rank),
+            ]);
+            f.engine_running
+                .get_or_create(&l)
+                .set(gauge_value(load.running));
+            f.engine_waiting
+                .get_or_create(&l)
+                .set(gauge_value(load.waiting));
+            f.engine_kv_used
+                .get_or_create(&l)
+                .set(gauge_value(load.kv_used_blocks));
+            if let Some(total) = worker.total_kv_blocks {
+                f.engine_kv_total.get_or_create(&l).set(gauge_value(total));
+            }
+        }
     }
     let e = &snapshot.edge;
     decode_errors(

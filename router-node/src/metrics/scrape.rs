@@ -1,6 +1,6 @@
 //! What `/metrics` reads from a running node at scrape time: every RouterActor's, peer-sync
-//! actor's and KV-events actor's `observe()`, the worker registry's snapshot and the room
-//! bus counters, gathered concurrently with a short timeout per actor.
+//! actor's, KV-events actor's and engine link's `observe()`, the worker registry's snapshot
+//! (with the engines' own load) and the room bus counters, gathered concurrently with a short timeout per actor.
 //!
 //! An actor that is gone or does not answer within [`NodeSources::timeout`] is left out of
 //! that scrape and named in [`NodeScrape::failed`] (the frontend counts it in
@@ -16,6 +16,7 @@ use router_actors::room_bus::RoomBusCounters;
 use router_actors::router::RouterSnapshot;
 use router_actors::{KvEventsHandle, Node, PeerSyncHandle, RegistryHandle, RouterHandle};
 use router_core::PoolRole;
+use router_engine::{EngineLinkHandle, EngineLinkSnapshot};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,6 +32,8 @@ pub struct NodeSources {
     peer_syncs: Vec<(PoolRole, PeerSyncHandle)>,
     kv_events: Vec<(PoolRole, KvEventsHandle)>,
     registry: RegistryHandle,
+    /// The node's own engine links (`[[engines]]`).
+    engines: Vec<EngineLinkHandle>,
     room: Arc<RoomBusCounters>,
     /// Class names by class id (the node's policy profile), for the `class` label.
     classes: Arc<[String]>,
@@ -55,6 +58,7 @@ pub struct NodeScrape {
     pub peer_syncs: Vec<(PoolRole, PeerSyncSnapshot)>,
     pub kv_events: Vec<(PoolRole, KvEventsSnapshot)>,
     pub registry: Option<RegistrySnapshot>,
+    pub engines: Vec<EngineLinkSnapshot>,
     pub room: RoomCounts,
     /// Class names by class id.
     pub classes: Arc<[String]>,
@@ -73,6 +77,7 @@ impl NodeScrape {
             "peer_sync": by_pool(self.peer_syncs.iter().map(|(p, s)| serde_json::json!({"pool": pool_label(*p), "state": s})).collect()),
             "kv_events": by_pool(self.kv_events.iter().map(|(p, s)| serde_json::json!({"pool": pool_label(*p), "state": s})).collect()),
             "registry": self.registry,
+            "engines": self.engines,
             "room_bus": {
                 "published": self.room.published,
                 "publish_errors": self.room.publish_errors,
@@ -112,10 +117,17 @@ impl NodeSources {
             peer_syncs,
             kv_events,
             registry: node.registry().clone(),
+            engines: Vec::new(),
             room: Arc::clone(&node.room_counters),
             classes,
             timeout: DEFAULT_SCRAPE_TIMEOUT,
         }
+    }
+
+    /// The same sources, observing the node's engine links too.
+    pub fn with_engines(mut self, engines: Vec<EngineLinkHandle>) -> Self {
+        self.engines = engines;
+        self
     }
 
     /// The same sources with another per-actor timeout.
@@ -152,8 +164,14 @@ impl NodeSources {
                 .ok()
                 .and_then(Result::ok)
         };
-        let (routers, peer_syncs, kv_events, registry) =
-            futures::join!(routers, peer_syncs, kv_events, registry);
+        let engines = futures::future::join_all(self.engines.iter().map(|h| async move {
+            tokio::time::timeout(timeout, h.observe())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }));
+        let (routers, peer_syncs, kv_events, registry, engines) =
+            futures::join!(routers, peer_syncs, kv_events, registry, engines);
 
         let mut failed = Vec::new();
         let routers = answered(routers, "router", &mut failed);
@@ -162,11 +180,17 @@ impl NodeSources {
         if registry.is_none() {
             failed.push("registry");
         }
+        let answered_engines = engines.len();
+        let engines: Vec<EngineLinkSnapshot> = engines.into_iter().flatten().collect();
+        if engines.len() < answered_engines {
+            failed.push("engine_link");
+        }
         NodeScrape {
             routers,
             peer_syncs,
             kv_events,
             registry,
+            engines,
             room: self.room_counts(),
             classes: Arc::clone(&self.classes),
             failed,

@@ -135,6 +135,7 @@ impl Fleet {
             endpoint: endpoint.to_owned(),
             heartbeat_ms: 0,
             lease_ms: 5_000,
+            leaving: false,
         };
         let link = WorkerLink::start(
             Arc::clone(&self.bus),

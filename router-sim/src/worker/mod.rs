@@ -299,6 +299,7 @@ impl SimWorker {
             endpoint: endpoint.clone(),
             heartbeat_ms: 0,
             lease_ms: u64::try_from(cfg.lease.as_millis()).unwrap_or(u64::MAX),
+            leaving: false,
         };
         let link =
             Arc::new(WorkerLink::start(bus.clone(), &subjects, announce, cfg.heartbeat).await?);
@@ -424,6 +425,7 @@ async fn publish_load(
             dp_rank: 0,
             kv_used_blocks: load.engine.kv_used_blocks as u64,
             waiting: load.engine.waiting as u64,
+            running: load.engine.running as u64,
         };
         match outbox.seal(&subject, &body) {
             Ok(payload) => {

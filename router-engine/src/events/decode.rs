@@ -1,0 +1,507 @@
+//! Reading an engine's KV event payload (msgpack) into an [`EngineBatch`].
+//!
+//! The batch is an array `[ts, events, data_parallel_rank?]`. Each event is accepted in both
+//! encodings engines have used: a map tagged by its `"type"` key (vLLM 0.32), or an array whose
+//! first element is the tag followed by the fields in declaration order (older releases).
+//! Fields an engine leaves at their default may be missing (a trailing array element or a map
+//! key); fields this router does not use are skipped without being built. Block hashes are
+//! unsigned 64-bit integers or 32-byte digests; a digest is folded to 64 bits with xxh3.
+//!
+//! The visitors are written out by hand, not derived: the payload's token lists are the hot
+//! part of the event path, and a derived internally-tagged enum would buffer every token as a
+//! generic value before reading it.
+
+use super::{EngineBatch, EngineEvent};
+use router_core::ExternalHash;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// A payload that is not a KV event batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable KV event batch: {0}")]
+pub struct DecodeError(pub String);
+
+/// Decodes one msgpack payload.
+pub fn decode_batch(payload: &[u8]) -> Result<EngineBatch, DecodeError> {
+    rmp_serde::from_slice::<BatchDe>(payload)
+        .map(|b| b.0)
+        .map_err(|e| DecodeError(e.to_string()))
+}
+
+struct BatchDe(EngineBatch);
+
+impl<'de> Deserialize<'de> for BatchDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(BatchVisitor)
+    }
+}
+
+struct BatchVisitor;
+
+impl<'de> Visitor<'de> for BatchVisitor {
+    type Value = BatchDe;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array [ts, events, data_parallel_rank]")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<BatchDe, A::Error> {
+        let ts: f64 = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let events: Vec<EventDe> = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        let dp_rank: Option<u32> = seq.next_element::<Option<u32>>()?.flatten();
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(BatchDe(EngineBatch {
+            ts,
+            events: events.into_iter().map(|e| e.0).collect(),
+            dp_rank,
+        }))
+    }
+}
+
+/// One engine block hash, folded to 64 bits.
+struct HashDe(ExternalHash);
+
+impl<'de> Deserialize<'de> for HashDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(HashVisitor)
+    }
+}
+
+struct HashVisitor;
+
+impl Visitor<'_> for HashVisitor {
+    type Value = HashDe;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a block hash (an integer or a byte string)")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<HashDe, E> {
+        Ok(HashDe(ExternalHash(v)))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<HashDe, E> {
+        Ok(HashDe(ExternalHash(u64::from_ne_bytes(v.to_ne_bytes()))))
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<HashDe, E> {
+        Ok(HashDe(ExternalHash(xxhash_rust::xxh3::xxh3_64(v))))
+    }
+}
+
+fn hashes(v: Vec<HashDe>) -> Vec<ExternalHash> {
+    v.into_iter().map(|h| h.0).collect()
+}
+
+/// A string where one may be, or anything else (read as none).
+struct NameDe(Option<String>);
+
+impl<'de> Deserialize<'de> for NameDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NameDe;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name or anything else")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NameDe, E> {
+                Ok(NameDe(Some(v.to_owned())))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<NameDe, E> {
+                Ok(NameDe(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NameDe, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(NameDe(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NameDe, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(NameDe(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The event tag.
+enum Tag {
+    Stored,
+    Removed,
+    Cleared,
+    Unknown(String),
+}
+
+impl<'de> Deserialize<'de> for Tag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Tag;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an event type name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Tag, E> {
+                Ok(match v {
+                    "BlockStored" => Tag::Stored,
+                    "BlockRemoved" => Tag::Removed,
+                    "AllBlocksCleared" => Tag::Cleared,
+                    other => Tag::Unknown(other.to_owned()),
+                })
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Tag, E> {
+                self.visit_str(&String::from_utf8_lossy(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The map keys this router reads; every other key is skipped.
+enum Key {
+    Type,
+    BlockHashes,
+    ParentBlockHash,
+    TokenIds,
+    BlockSize,
+    LoraName,
+    GroupIdx,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "type" => Key::Type,
+                    "block_hashes" => Key::BlockHashes,
+                    "parent_block_hash" => Key::ParentBlockHash,
+                    "token_ids" => Key::TokenIds,
+                    "block_size" => Key::BlockSize,
+                    "lora_name" => Key::LoraName,
+                    "group_idx" => Key::GroupIdx,
+                    _ => Key::Other,
+                })
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
+                self.visit_str(&String::from_utf8_lossy(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The fields of any event, gathered before the tag says which ones matter.
+#[derive(Default)]
+struct Fields {
+    hashes: Vec<HashDe>,
+    parent: Option<HashDe>,
+    token_ids: Vec<u32>,
+    block_size: u32,
+    lora_name: Option<String>,
+    group: Option<u32>,
+}
+
+impl Fields {
+    fn into_event(self, tag: Tag) -> EngineEvent {
+        match tag {
+            Tag::Stored => EngineEvent::Stored {
+                hashes: hashes(self.hashes),
+                parent: self.parent.map(|h| h.0),
+                token_ids: self.token_ids,
+                block_size: self.block_size,
+                lora_name: self.lora_name,
+                group: self.group,
+            },
+            Tag::Removed => EngineEvent::Removed {
+                hashes: hashes(self.hashes),
+                group: self.group,
+            },
+            Tag::Cleared => EngineEvent::Cleared,
+            Tag::Unknown(tag) => EngineEvent::Unknown { tag },
+        }
+    }
+}
+
+struct EventDe(EngineEvent);
+
+impl<'de> Deserialize<'de> for EventDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(EventVisitor)
+    }
+}
+
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = EventDe;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a KV event (a map tagged by \"type\", or an array led by its tag)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventDe, A::Error> {
+        let mut tag = None;
+        let mut f = Fields::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Type => tag = Some(map.next_value::<Tag>()?),
+                Key::BlockHashes => f.hashes = map.next_value()?,
+                Key::ParentBlockHash => f.parent = map.next_value()?,
+                Key::TokenIds => f.token_ids = map.next_value()?,
+                Key::BlockSize => f.block_size = map.next_value()?,
+                Key::LoraName => f.lora_name = map.next_value()?,
+                Key::GroupIdx => f.group = map.next_value()?,
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let tag = tag.ok_or_else(|| de::Error::missing_field("type"))?;
+        Ok(EventDe(f.into_event(tag)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EventDe, A::Error> {
+        let tag: Tag = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let mut f = Fields::default();
+        match tag {
+            // block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+            // lora_name, extra_keys, group_idx, ...
+            Tag::Stored => {
+                f.hashes = seq.next_element()?.unwrap_or_default();
+                f.parent = seq.next_element::<Option<HashDe>>()?.flatten();
+                f.token_ids = seq.next_element()?.unwrap_or_default();
+                f.block_size = seq.next_element()?.unwrap_or_default();
+                let _lora_id = seq.next_element::<IgnoredAny>()?;
+                let _medium = seq.next_element::<IgnoredAny>()?;
+                // vLLM: lora_name, extra_keys, group_idx. SGLang puts a metadata map here
+                // instead (read as no name), and nothing after it.
+                f.lora_name = seq.next_element::<NameDe>()?.and_then(|n| n.0);
+                let _extra_keys = seq.next_element::<IgnoredAny>()?;
+                f.group = seq.next_element::<Option<u32>>()?.flatten();
+            }
+            // block_hashes, medium, group_idx, ...
+            Tag::Removed => {
+                f.hashes = seq.next_element()?.unwrap_or_default();
+                let _medium = seq.next_element::<IgnoredAny>()?;
+                f.group = seq.next_element::<Option<u32>>()?.flatten();
+            }
+            Tag::Cleared | Tag::Unknown(_) => {}
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(EventDe(f.into_event(tag)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Payloads written with the msgpack encoder directly, in the encodings engines use.
+    use super::*;
+    use rmp::encode as mp;
+
+    fn tokens(n: u32) -> Vec<u32> {
+        (0..n).map(|t| t * 7 + 1).collect()
+    }
+
+    /// `["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium]` with 32-byte
+    /// digests for hashes, and `["BlockRemoved", hashes, medium]`, `["AllBlocksCleared"]`.
+    fn array_batch() -> Vec<u8> {
+        let mut b = Vec::new();
+        mp::write_array_len(&mut b, 3).expect("encode");
+        mp::write_f64(&mut b, 1.7e9).expect("encode");
+        mp::write_array_len(&mut b, 4).expect("encode");
+        // stored
+        mp::write_array_len(&mut b, 7).expect("encode");
+        mp::write_str(&mut b, "BlockStored").expect("encode");
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_bin(&mut b, &[1u8; 32]).expect("encode");
+        mp::write_bin(&mut b, &[2u8; 32]).expect("encode");
+        mp::write_bin(&mut b, &[9u8; 32]).expect("encode");
+        mp::write_array_len(&mut b, 8).expect("encode");
+        for t in tokens(8) {
+            mp::write_uint(&mut b, u64::from(t)).expect("encode");
+        }
+        mp::write_uint(&mut b, 4).expect("encode");
+        mp::write_nil(&mut b).expect("encode");
+        mp::write_str(&mut b, "GPU").expect("encode");
+        // removed, trailing group_idx omitted
+        mp::write_array_len(&mut b, 3).expect("encode");
+        mp::write_str(&mut b, "BlockRemoved").expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_bin(&mut b, &[1u8; 32]).expect("encode");
+        mp::write_str(&mut b, "GPU").expect("encode");
+        // cleared
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_str(&mut b, "AllBlocksCleared").expect("encode");
+        // a type this build does not know
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_str(&mut b, "BlockMoved").expect("encode");
+        mp::write_uint(&mut b, 3).expect("encode");
+        mp::write_uint(&mut b, 2).expect("encode");
+        b
+    }
+
+    fn digest(byte: u8) -> ExternalHash {
+        ExternalHash(xxhash_rust::xxh3::xxh3_64(&[byte; 32]))
+    }
+
+    #[test]
+    fn tagged_arrays_with_digest_hashes() {
+        let batch = decode_batch(&array_batch()).expect("decodes");
+        assert_eq!(batch.dp_rank, Some(2));
+        assert_eq!(
+            batch.events,
+            vec![
+                EngineEvent::Stored {
+                    hashes: vec![digest(1), digest(2)],
+                    parent: Some(digest(9)),
+                    token_ids: tokens(8),
+                    block_size: 4,
+                    lora_name: None,
+                    group: None,
+                },
+                EngineEvent::Removed {
+                    hashes: vec![digest(1)],
+                    group: None,
+                },
+                EngineEvent::Cleared,
+                EngineEvent::Unknown {
+                    tag: "BlockMoved".to_owned()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn sglang_arrays_with_a_metadata_map_and_no_rank() {
+        let mut b = Vec::new();
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_f64(&mut b, 1.7e9).expect("encode");
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_array_len(&mut b, 8).expect("encode");
+        mp::write_str(&mut b, "BlockStored").expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_uint(&mut b, 5).expect("encode");
+        mp::write_nil(&mut b).expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_uint(&mut b, 42).expect("encode");
+        mp::write_uint(&mut b, 1).expect("encode");
+        mp::write_nil(&mut b).expect("encode");
+        mp::write_str(&mut b, "GPU").expect("encode");
+        mp::write_map_len(&mut b, 1).expect("encode");
+        mp::write_str(&mut b, "cache_salt").expect("encode");
+        mp::write_str(&mut b, "tenant-a").expect("encode");
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_str(&mut b, "BlockRemoved").expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_uint(&mut b, 5).expect("encode");
+        let batch = decode_batch(&b).expect("decodes");
+        assert_eq!(batch.dp_rank, None);
+        assert_eq!(
+            batch.events,
+            vec![
+                EngineEvent::Stored {
+                    hashes: vec![ExternalHash(5)],
+                    parent: None,
+                    token_ids: vec![42],
+                    block_size: 1,
+                    lora_name: None,
+                    group: None,
+                },
+                EngineEvent::Removed {
+                    hashes: vec![ExternalHash(5)],
+                    group: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn tagged_maps_with_extra_keys_and_no_rank() {
+        let mut b = Vec::new();
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_f64(&mut b, 1.7e9).expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_map_len(&mut b, 6).expect("encode");
+        mp::write_str(&mut b, "extra_keys").expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_nil(&mut b).expect("encode");
+        mp::write_str(&mut b, "type").expect("encode");
+        mp::write_str(&mut b, "BlockStored").expect("encode");
+        mp::write_str(&mut b, "block_hashes").expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_uint(&mut b, u64::MAX - 5).expect("encode");
+        mp::write_str(&mut b, "token_ids").expect("encode");
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_uint(&mut b, 10).expect("encode");
+        mp::write_uint(&mut b, 11).expect("encode");
+        mp::write_str(&mut b, "block_size").expect("encode");
+        mp::write_uint(&mut b, 2).expect("encode");
+        mp::write_str(&mut b, "lora_name").expect("encode");
+        mp::write_str(&mut b, "sql-adapter").expect("encode");
+        let batch = decode_batch(&b).expect("decodes");
+        assert_eq!(batch.dp_rank, None);
+        assert_eq!(
+            batch.events,
+            vec![EngineEvent::Stored {
+                hashes: vec![ExternalHash(u64::MAX - 5)],
+                parent: None,
+                token_ids: vec![10, 11],
+                block_size: 2,
+                lora_name: Some("sql-adapter".to_owned()),
+                group: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for payload in [
+            &b""[..],
+            b"\x93",
+            b"\xc1",
+            b"\x92\xcb\0\0\0\0\0\0\0\0\x91\x90",
+        ] {
+            assert!(decode_batch(payload).is_err(), "{payload:?}");
+        }
+        // A map event without its tag.
+        let mut b = Vec::new();
+        mp::write_array_len(&mut b, 2).expect("encode");
+        mp::write_f64(&mut b, 0.0).expect("encode");
+        mp::write_array_len(&mut b, 1).expect("encode");
+        mp::write_map_len(&mut b, 1).expect("encode");
+        mp::write_str(&mut b, "block_size").expect("encode");
+        mp::write_uint(&mut b, 2).expect("encode");
+        let error = decode_batch(&b).expect_err("no type");
+        assert!(error.to_string().contains("type"), "{error}");
+    }
+}

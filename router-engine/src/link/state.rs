@@ -1,0 +1,460 @@
+//! The EngineLinkActor's state and what each message does: joining the fleet when the engine
+//! answers, relaying its KV events (sequence checks, replay or clear on a gap) and its load,
+//! leaving when it stops answering.
+
+use super::{EngineLinkArgs, EngineLinkConfig, LinkMsg};
+use crate::events::{SeqCheck, SeqStep, Skipped, Translator, decode_batch};
+use crate::load::{Capacity, EngineReport, RankLoad};
+use crate::probe::Probe;
+use crate::zmq::{replay, spawn_subscriber};
+use bytes::Bytes;
+use ractor::{ActorProcessingErr, ActorRef};
+use router_actors::bus::Bus;
+use router_actors::supervisor::OwnedTasks;
+use router_actors::wire::{Subjects, WorkerAnnounce, WorkerLoad};
+use router_actors::worker_link::WorkerLink;
+use router_core::{KvEvent, WorkerId, WorkerSpec};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What one probe of the engine found.
+#[derive(Debug)]
+pub enum Probed {
+    /// The engine answers; its capacity (asked while not joined).
+    Capacity(Capacity, EngineReport),
+    /// The engine answers; its load (asked while joined).
+    Load(EngineReport),
+    /// No answer, an error status or an unreadable answer.
+    NoAnswer(String),
+}
+
+/// Where the link stands with its engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "phase")]
+pub enum LinkPhase {
+    /// The engine has not answered (yet, or since it went down).
+    Waiting,
+    /// Announced; events and load relayed.
+    Serving,
+    /// The engine answers but cannot join: `reason` says why.
+    Refused { reason: String },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LinkCounters {
+    pub polls: u64,
+    /// Probes that failed (no answer, an error status, unreadable capacity).
+    pub probe_failures: u64,
+    pub joins: u64,
+    pub leaves: u64,
+    /// Publisher messages relayed (decoded, translated, published).
+    pub batches: u64,
+    pub events: u64,
+    /// Blocks stored plus removed, relayed.
+    pub blocks: u64,
+    /// Payloads that could not be decoded, and messages that were not three frames.
+    pub undecodable: u64,
+    /// Messages that arrived while not serving (dropped).
+    pub not_serving: u64,
+    pub gaps: u64,
+    /// Lost batches filled from the engine's replay service.
+    pub replayed: u64,
+    /// Times the engine's entries were cleared because lost batches could not be replayed,
+    /// or because the engine restarted.
+    pub cleared: u64,
+    pub restarts: u64,
+    pub duplicates: u64,
+    pub subscriber_failures: u64,
+    /// Publishes to the bus that failed.
+    pub publish_failures: u64,
+}
+
+/// What `/debug/state` shows of one link.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineLinkSnapshot {
+    pub kind: &'static str,
+    pub url: String,
+    pub kv_events: Option<String>,
+    pub worker: WorkerId,
+    pub pool: router_core::PoolRole,
+    #[serde(flatten)]
+    pub phase: LinkPhase,
+    pub capacity: Option<Capacity>,
+    /// The engine's own load by data-parallel rank, from the last scrape.
+    pub load: BTreeMap<u32, RankLoad>,
+    pub counters: LinkCounters,
+    pub skipped: Skipped,
+    pub last_error: Option<String>,
+}
+
+/// An engine the link has announced.
+struct Joined {
+    link: WorkerLink,
+    capacity: Capacity,
+    ranks: u32,
+    translator: Translator,
+    seq: SeqCheck,
+    /// The KV event subscriber; aborted when the engine leaves.
+    subscriber: OwnedTasks,
+    /// Polls in a row without an answer.
+    missed: u32,
+}
+
+pub struct LinkState {
+    config: EngineLinkConfig,
+    bus: Arc<dyn Bus>,
+    subjects: Subjects,
+    probe: Probe,
+    joined: Option<Joined>,
+    refused: Option<String>,
+    /// A probe is out (its outcome has not come back yet).
+    probing: bool,
+    report: EngineReport,
+    counters: LinkCounters,
+    skipped: Skipped,
+    last_error: Option<String>,
+}
+
+impl std::fmt::Debug for LinkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkState")
+            .field("url", &self.config.url)
+            .field("joined", &self.joined.is_some())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkState {
+    pub(super) fn new(args: EngineLinkArgs) -> Result<Self, ActorProcessingErr> {
+        let probe = Probe::new(
+            args.config.kind,
+            &args.config.url,
+            args.config.probe_timeout,
+        )?;
+        Ok(Self {
+            config: args.config,
+            bus: args.bus,
+            subjects: args.subjects,
+            probe,
+            joined: None,
+            refused: None,
+            probing: false,
+            report: EngineReport::default(),
+            counters: LinkCounters::default(),
+            skipped: Skipped::default(),
+            last_error: None,
+        })
+    }
+
+    pub(super) fn config(&self) -> &EngineLinkConfig {
+        &self.config
+    }
+
+    fn error(&mut self, error: impl std::fmt::Display) {
+        let message = error.to_string();
+        if self.last_error.as_deref() != Some(message.as_str()) {
+            tracing::warn!(engine = %self.config.url, error = %message, "engine link");
+        }
+        self.last_error = Some(message);
+    }
+
+    /// Starts one probe of the engine, off the mailbox: its outcome comes back as
+    /// [`LinkMsg::Probed`]. A poll while a probe is still out is skipped.
+    pub(super) fn poll(&mut self, myself: &ActorRef<LinkMsg>) {
+        if self.probing {
+            return;
+        }
+        self.probing = true;
+        self.counters.polls += 1;
+        let probe = self.probe.clone();
+        let joined = self.joined.is_some();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let outcome = if !probe.healthy().await {
+                Probed::NoAnswer(format!("{}/health: no answer", probe.base()))
+            } else if joined {
+                match probe.report().await {
+                    Ok(report) => Probed::Load(report),
+                    Err(e) => Probed::NoAnswer(e.to_string()),
+                }
+            } else {
+                match probe.capacity().await {
+                    Ok((capacity, report)) => Probed::Capacity(capacity, report),
+                    Err(e) => Probed::NoAnswer(e.to_string()),
+                }
+            };
+            let _ = myself.cast(LinkMsg::Probed(outcome));
+        });
+    }
+
+    /// Acts on a probe's outcome: join, relay load, or count a miss (and leave after
+    /// `down_after` of them in a row).
+    pub(super) async fn probed(&mut self, outcome: Probed, myself: &ActorRef<LinkMsg>) {
+        self.probing = false;
+        match outcome {
+            Probed::Capacity(capacity, report) if self.joined.is_none() => {
+                self.join(capacity, report, myself).await;
+            }
+            Probed::Load(report) if self.joined.is_some() => self.relay_load(report).await,
+            Probed::NoAnswer(error) => {
+                self.counters.probe_failures += 1;
+                self.error(error);
+                let Some(joined) = self.joined.as_mut() else {
+                    return;
+                };
+                joined.missed += 1;
+                let missed = joined.missed;
+                if missed >= self.config.down_after.max(1) {
+                    tracing::warn!(engine = %self.config.url, missed, "engine stopped answering: it leaves the fleet");
+                    self.leave().await;
+                }
+            }
+            // The link joined or left while the probe was out: the next poll asks again.
+            Probed::Capacity(..) | Probed::Load(_) => {}
+        }
+    }
+
+    async fn join(&mut self, capacity: Capacity, report: EngineReport, myself: &ActorRef<LinkMsg>) {
+        if let Some(expected) = self.config.expected_block_size
+            && expected != capacity.block_size
+        {
+            let reason = format!(
+                "{} engine at {} stores KV blocks of {} tokens but the router's node.block_size is \
+                 {expected}: set node.block_size = {} (or start the engine with --block-size \
+                 {expected})",
+                self.config.kind.name(),
+                self.config.url,
+                capacity.block_size,
+                capacity.block_size,
+            );
+            if self.refused.as_deref() != Some(reason.as_str()) {
+                tracing::error!(engine = %self.config.url, "{reason}");
+            }
+            self.refused = Some(reason);
+            return;
+        }
+        self.refused = None;
+        let ranks = u32::try_from(report.ranks.len()).unwrap_or(1).max(1);
+        let spec = WorkerSpec {
+            id: self.config.worker,
+            dp_start: 0,
+            dp_size: ranks,
+            total_kv_blocks: Some(capacity.blocks),
+            max_num_batched_tokens: self.config.max_num_batched_tokens,
+            block_size: capacity.block_size,
+            loras: self.config.loras.clone(),
+        };
+        let announce = WorkerAnnounce {
+            spec,
+            pool: self.config.pool,
+            endpoint: self.config.url.clone(),
+            heartbeat_ms: 0,
+            lease_ms: u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX),
+            leaving: false,
+        };
+        let link = match WorkerLink::start(
+            self.bus.clone(),
+            &self.subjects,
+            announce,
+            self.config.poll_every,
+        )
+        .await
+        {
+            Ok(link) => link,
+            Err(e) => {
+                self.counters.publish_failures += 1;
+                self.error(e);
+                return;
+            }
+        };
+        let subscriber = match &self.config.kv_events {
+            Some(endpoint) => OwnedTasks::new(vec![spawn_subscriber(
+                endpoint.clone(),
+                self.config.topic.clone(),
+                self.config.poll_every,
+                myself.clone(),
+            )]),
+            None => OwnedTasks::new(Vec::new()),
+        };
+        tracing::info!(
+            engine = %self.config.url,
+            worker = %self.config.worker,
+            block_size = capacity.block_size,
+            blocks = capacity.blocks,
+            ranks,
+            "engine joined the fleet"
+        );
+        self.counters.joins += 1;
+        self.report = report;
+        self.joined = Some(Joined {
+            link,
+            capacity,
+            ranks,
+            translator: Translator::new(self.config.worker, capacity.block_size),
+            seq: SeqCheck::default(),
+            subscriber,
+            missed: 0,
+        });
+    }
+
+    async fn relay_load(&mut self, report: EngineReport) {
+        let Some(joined) = self.joined.as_mut() else {
+            return;
+        };
+        joined.missed = 0;
+        let blocks = joined.capacity.blocks;
+        let mut failed = 0;
+        for (&dp_rank, load) in &report.ranks {
+            let body = WorkerLoad {
+                worker: self.config.worker,
+                dp_rank,
+                kv_used_blocks: (load.kv_usage * blocks as f64).round() as u64,
+                waiting: load.waiting,
+                running: load.running,
+            };
+            if joined.link.publish_load(&body).await.is_err() {
+                failed += 1;
+            }
+        }
+        self.counters.publish_failures += failed;
+        self.report = report;
+    }
+
+    /// Leaves the fleet (if joined): stops the subscriber, publishes the leaving announcement.
+    pub(super) async fn leave(&mut self) {
+        let Some(mut joined) = self.joined.take() else {
+            return;
+        };
+        joined.subscriber.abort_all();
+        self.counters.leaves += 1;
+        if let Err(e) = joined.link.leave().await {
+            self.counters.publish_failures += 1;
+            self.error(e);
+        }
+    }
+
+    pub(super) async fn frames(&mut self, seq: u64, payload: Bytes) {
+        let Some(joined) = self.joined.as_mut() else {
+            self.counters.not_serving += 1;
+            return;
+        };
+        let mut batches = Vec::with_capacity(1);
+        match joined.seq.observe(seq) {
+            SeqStep::InOrder => {}
+            SeqStep::Duplicate => {
+                self.counters.duplicates += 1;
+                return;
+            }
+            SeqStep::Restarted => {
+                self.counters.restarts += 1;
+                self.counters.cleared += 1;
+                let ranks = joined.ranks;
+                let cleared = joined.translator.cleared(0..ranks);
+                batches.push(cleared);
+            }
+            SeqStep::Gap { from, to } => {
+                self.counters.gaps += 1;
+                let replayed = match &self.config.replay {
+                    Some(endpoint) => replay(endpoint, from, to, self.config.replay_timeout).await,
+                    None => Err(crate::zmq::ZmqError::Socket {
+                        endpoint: String::new(),
+                        message: "no replay endpoint".to_owned(),
+                    }),
+                };
+                match replayed {
+                    Ok(missed) => {
+                        self.counters.replayed += missed.len() as u64;
+                        for (_, payload) in missed {
+                            batches.push(self.translate(&payload));
+                        }
+                    }
+                    Err(e) => {
+                        if self.config.replay.is_some() {
+                            self.error(e);
+                        }
+                        // What the lost batches said is unknown: forget everything this
+                        // engine holds rather than keep matching blocks it may have evicted.
+                        self.counters.cleared += 1;
+                        if let Some(joined) = self.joined.as_mut() {
+                            let ranks = joined.ranks;
+                            batches.push(joined.translator.cleared(0..ranks));
+                        }
+                    }
+                }
+            }
+        }
+        batches.push(self.translate(&payload));
+        self.publish(batches.concat()).await;
+    }
+
+    fn translate(&mut self, payload: &[u8]) -> Vec<KvEvent> {
+        let Some(joined) = self.joined.as_mut() else {
+            return Vec::new();
+        };
+        match decode_batch(payload) {
+            Ok(batch) => {
+                let translated = joined.translator.translate(batch);
+                self.counters.batches += 1;
+                self.counters.blocks += translated.blocks;
+                self.skipped.add(translated.skipped);
+                translated.events
+            }
+            Err(e) => {
+                self.counters.undecodable += 1;
+                self.error(e);
+                Vec::new()
+            }
+        }
+    }
+
+    async fn publish(&mut self, events: Vec<KvEvent>) {
+        let Some(joined) = self.joined.as_ref() else {
+            return;
+        };
+        if events.is_empty() {
+            return;
+        }
+        let n = events.len() as u64;
+        match joined.link.publish_kv_events(events).await {
+            Ok(()) => self.counters.events += n,
+            Err(e) => {
+                self.counters.publish_failures += 1;
+                self.error(e);
+            }
+        }
+    }
+
+    pub(super) fn malformed(&mut self) {
+        self.counters.undecodable += 1;
+    }
+
+    pub(super) fn subscriber_failed(&mut self, error: String) {
+        self.counters.subscriber_failures += 1;
+        self.error(error);
+    }
+
+    pub(super) fn snapshot(&self) -> EngineLinkSnapshot {
+        let phase = match (&self.joined, &self.refused) {
+            (Some(_), _) => LinkPhase::Serving,
+            (None, Some(reason)) => LinkPhase::Refused {
+                reason: reason.clone(),
+            },
+            (None, None) => LinkPhase::Waiting,
+        };
+        EngineLinkSnapshot {
+            kind: self.config.kind.name(),
+            url: self.config.url.clone(),
+            kv_events: self.config.kv_events.clone(),
+            worker: self.config.worker,
+            pool: self.config.pool,
+            phase,
+            capacity: self.joined.as_ref().map(|j| j.capacity),
+            load: self.report.ranks.clone(),
+            counters: self.counters,
+            skipped: self.skipped,
+            last_error: self.last_error.clone(),
+        }
+    }
+}

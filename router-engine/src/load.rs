@@ -1,0 +1,240 @@
+//! What an engine says about its capacity and load, read from its own reports (pure).
+//!
+//! - vLLM's Prometheus `/metrics`: `vllm:cache_config_info{block_size, num_gpu_blocks, ...} 1`
+//!   gives the KV block size and the blocks per rank; `vllm:num_requests_running`,
+//!   `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (0-1) the load. Every series is
+//!   labelled by `engine`, the data-parallel rank.
+//! - SGLang's `/metrics`: `sglang:num_running_reqs`, `sglang:num_queue_reqs` and
+//!   `sglang:token_usage` (0-1), labelled by `dp_rank` when it runs several; its capacity comes
+//!   from its server-info JSON (`page_size`, `max_total_num_tokens`).
+//!
+//! This load is the engine's own view, kept apart from the router's bookings: it is shown and
+//! exported, never added to the ledger.
+
+use prom_text_format_parser::{Metric, ScrapeParseError, parse_scrape};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// KV capacity per rank as the engine reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// KV blocks per data-parallel rank.
+    pub blocks: u64,
+}
+
+/// One rank's load as the engine reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankLoad {
+    pub running: u64,
+    pub waiting: u64,
+    /// KV cache in use, 0-1.
+    pub kv_usage: f64,
+}
+
+/// One scrape, read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EngineReport {
+    /// From vLLM's cache config series (SGLang: `None`, see [`sglang_capacity`]).
+    pub capacity: Option<Capacity>,
+    /// By data-parallel rank.
+    pub ranks: BTreeMap<u32, RankLoad>,
+    /// Lines the parser could not read (the rest of the scrape is still used).
+    pub unreadable: usize,
+}
+
+/// Which engine's metric names to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vllm => "vllm",
+            Self::Sglang => "sglang",
+        }
+    }
+}
+
+struct Names {
+    running: &'static str,
+    waiting: &'static str,
+    usage: &'static str,
+    rank_label: &'static str,
+}
+
+fn names(kind: EngineKind) -> Names {
+    match kind {
+        EngineKind::Vllm => Names {
+            running: "vllm:num_requests_running",
+            waiting: "vllm:num_requests_waiting",
+            usage: "vllm:kv_cache_usage_perc",
+            rank_label: "engine",
+        },
+        EngineKind::Sglang => Names {
+            running: "sglang:num_running_reqs",
+            waiting: "sglang:num_queue_reqs",
+            usage: "sglang:token_usage",
+            rank_label: "dp_rank",
+        },
+    }
+}
+
+fn label<'a>(labels: &'a [prom_text_format_parser::Label], key: &str) -> Option<&'a str> {
+    labels
+        .iter()
+        .find(|l| l.key == key)
+        .map(|l| l.value.as_str())
+}
+
+/// Non-negative finite values as counts; anything else as 0.
+fn count(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value.round() as u64
+    } else {
+        0
+    }
+}
+
+/// Reads one `/metrics` scrape of a `kind` engine.
+pub fn read_metrics(kind: EngineKind, text: &str) -> EngineReport {
+    let (metrics, errors) = parse_scrape(text);
+    let mut report = EngineReport {
+        unreadable: match errors {
+            None => 0,
+            Some(ScrapeParseError::Collect(lines)) => lines.len(),
+            // The text as a whole is not the exposition format: nothing was read.
+            Some(ScrapeParseError::Parse(_)) => text.lines().count().max(1),
+        },
+        ..EngineReport::default()
+    };
+    let names = names(kind);
+    for metric in &metrics {
+        if kind == EngineKind::Vllm && metric.name == "vllm:cache_config_info" {
+            report.capacity = report.capacity.or_else(|| vllm_capacity(metric));
+            continue;
+        }
+        let field: fn(&mut RankLoad, f64) = if metric.name == names.running {
+            |r, v| r.running = count(v)
+        } else if metric.name == names.waiting {
+            |r, v| r.waiting = count(v)
+        } else if metric.name == names.usage {
+            |r, v| {
+                r.kv_usage = if v.is_finite() {
+                    v.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                }
+            }
+        } else {
+            continue;
+        };
+        for sample in &metric.samples {
+            let rank = label(&sample.labels, names.rank_label)
+                .and_then(|r| r.parse::<u32>().ok())
+                .unwrap_or(0);
+            let Ok(value) = sample.value.value.as_str().parse::<f64>() else {
+                report.unreadable += 1;
+                continue;
+            };
+            field(report.ranks.entry(rank).or_default(), value);
+        }
+    }
+    report
+}
+
+/// vLLM keeps one of its `num_gpu_blocks` as a null block that never holds KV: the usable
+/// capacity is one less.
+fn vllm_capacity(metric: &Metric) -> Option<Capacity> {
+    let sample = metric.samples.first()?;
+    let block_size = label(&sample.labels, "block_size")?.parse().ok()?;
+    let blocks: u64 = label(&sample.labels, "num_gpu_blocks")?.parse().ok()?;
+    Some(Capacity {
+        block_size,
+        blocks: blocks.saturating_sub(1),
+    })
+}
+
+/// SGLang's server info: its page (block) size and token capacity, at the top level (the
+/// scheduler's info merged in) or in the first rank's `internal_states`.
+#[derive(Debug, Clone, Deserialize)]
+struct SglangInfo {
+    page_size: Option<u32>,
+    max_total_num_tokens: Option<u64>,
+    #[serde(default)]
+    internal_states: Vec<SglangState>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct SglangState {
+    max_total_num_tokens: Option<u64>,
+}
+
+/// Reads SGLang's server-info JSON into a capacity (`None`: the fields are missing). A page
+/// size left unset is 1 token, SGLang's own default.
+pub fn sglang_capacity(json: &[u8]) -> Option<Capacity> {
+    let info: SglangInfo = serde_json::from_slice(json).ok()?;
+    let block_size = info.page_size.unwrap_or(1).max(1);
+    let tokens = info
+        .max_total_num_tokens
+        .or_else(|| info.internal_states.first()?.max_total_num_tokens)?;
+    Some(Capacity {
+        block_size,
+        blocks: tokens / u64::from(block_size),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sglang_capacity_from_either_place() {
+        let top = br#"{"page_size": 16, "max_total_num_tokens": 16384, "dp_size": 1}"#;
+        assert_eq!(
+            sglang_capacity(top),
+            Some(Capacity {
+                block_size: 16,
+                blocks: 1024
+            })
+        );
+        let nested = br#"{"page_size": null, "internal_states": [{"max_total_num_tokens": 500}]}"#;
+        assert_eq!(
+            sglang_capacity(nested),
+            Some(Capacity {
+                block_size: 1,
+                blocks: 500
+            })
+        );
+        assert_eq!(sglang_capacity(br#"{"page_size": 16}"#), None);
+        assert_eq!(sglang_capacity(b"not json"), None);
+    }
+
+    #[test]
+    fn sglang_load_by_dp_rank() {
+        let text = "# TYPE sglang:num_running_reqs gauge\n\
+                    sglang:num_running_reqs{model_name=\"m\",dp_rank=\"1\"} 3.0\n\
+                    # TYPE sglang:num_queue_reqs gauge\n\
+                    sglang:num_queue_reqs{model_name=\"m\",dp_rank=\"1\"} 4.0\n\
+                    # TYPE sglang:token_usage gauge\n\
+                    sglang:token_usage{model_name=\"m\",dp_rank=\"1\"} 0.5\n";
+        let report = read_metrics(EngineKind::Sglang, text);
+        assert_eq!(report.capacity, None);
+        let rank = report.ranks.get(&1).expect("rank 1");
+        assert_eq!((rank.running, rank.waiting), (3, 4));
+        assert!((rank.kv_usage - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_scrape_that_is_not_prometheus_text_reads_as_nothing() {
+        let report = read_metrics(EngineKind::Vllm, "<html>502 Bad Gateway</html>\n");
+        assert!(report.ranks.is_empty());
+        assert_eq!(report.capacity, None);
+        assert!(report.unreadable > 0);
+    }
+}
