@@ -31,3 +31,11 @@ export SWITCHYARD_PYTHON
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+# Heavy suites last, after every fast one passed.
+if [ "${SWITCHYARD_SKIP_REAL_ENGINES:-}" = "1" ]; then
+  echo "== real engines: skipped (SWITCHYARD_SKIP_REAL_ENGINES=1)"
+else
+  echo "== real engines (scripts/test-real-engines.sh)"
+  ./scripts/test-real-engines.sh
+fi

@@ -25,6 +25,14 @@ pub struct WorkerSpec {
     /// LoRA adapters this worker can serve.
     #[serde(default)]
     pub loras: Vec<String>,
+    /// Whether the worker publishes KV events. A router in events mode learns the prefixes
+    /// of a worker that does not from its own placements (the approximate index).
+    #[serde(default = "publishes_events")]
+    pub kv_events: bool,
+}
+
+fn publishes_events() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,6 +58,7 @@ impl WorkerSpec {
             max_num_batched_tokens: Some(max_num_batched_tokens),
             block_size: 16,
             loras: Vec::new(),
+            kv_events: true,
         }
     }
 

@@ -22,7 +22,7 @@ use router_engine::{
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 const BLOCK: u32 = 4;
 
@@ -129,6 +129,10 @@ struct Fixture {
 }
 
 async fn start(block_size: u32) -> Fixture {
+    start_with(block_size, None).await
+}
+
+async fn start_with(block_size: u32, replay: Option<String>) -> Fixture {
     let engine = Arc::new(Engine {
         healthy: AtomicBool::new(true),
         block_size,
@@ -139,6 +143,7 @@ async fn start(block_size: u32) -> Fixture {
     let bus = Arc::new(LocalBus::new());
     let mut link = EngineLinkConfig::new(EngineKind::Vllm, url, PoolRole::Aggregated);
     link.kv_events = Some(endpoint.to_string());
+    link.replay = replay;
     link.expected_block_size = Some(BLOCK);
     link.poll_every = Duration::from_millis(50);
     link.lease = Duration::from_secs(2);
@@ -287,5 +292,102 @@ async fn an_engine_with_another_block_size_is_refused_with_both_values() {
         "{reason}"
     );
     assert_eq!(workers(&f).await, 0, "never announced");
+    f.node.shutdown().await;
+}
+
+/// A replay service as vLLM runs it: `[id, "", start]` in; `[id, "", topic, seq, payload]` per
+/// kept batch from `start` on, then `[id, "", "", ff*8, ""]`.
+async fn serve_replay(kept: Vec<(u64, Vec<u8>)>) -> String {
+    let mut socket = RouterSocket::new();
+    let endpoint = socket.bind("tcp://127.0.0.1:0").await.expect("bind replay");
+    tokio::spawn(async move {
+        while let Ok(request) = socket.recv().await {
+            let frames = request.into_vec();
+            let id = frames[0].clone();
+            let start = u64::from_be_bytes(frames[2].as_ref().try_into().expect("8 bytes"));
+            for (seq, payload) in kept.iter().filter(|(s, _)| *s >= start) {
+                let reply = ZmqMessage::try_from(vec![
+                    id.clone(),
+                    Bytes::new(),
+                    Bytes::from_static(b"kv-events"),
+                    Bytes::copy_from_slice(&seq.to_be_bytes()),
+                    Bytes::from(payload.clone()),
+                ])
+                .expect("frames");
+                socket.send(reply).await.expect("reply");
+            }
+            let end = ZmqMessage::try_from(vec![
+                id,
+                Bytes::new(),
+                Bytes::new(),
+                Bytes::copy_from_slice(&u64::MAX.to_be_bytes()),
+                Bytes::new(),
+            ])
+            .expect("frames");
+            socket.send(end).await.expect("end");
+        }
+    });
+    endpoint.to_string()
+}
+
+#[tokio::test]
+async fn a_lost_batch_is_replayed_from_the_engine_not_cleared() {
+    let lost: Vec<u32> = (50..58).collect();
+    let replay = serve_replay(vec![(1, stored_batch(5000, &lost))]).await;
+    let mut f = start_with(BLOCK, Some(replay)).await;
+    eventually("the engine joins", || async { workers(&f).await == 1 }).await;
+    let tokens: Vec<u32> = (0..12).collect();
+    let mut landed = false;
+    for _ in 0..200 {
+        publish(&mut f.zmq, 0, stored_batch(1000, &tokens)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if index_blocks(&f).await.0 == 3 {
+            landed = true;
+            break;
+        }
+    }
+    assert!(landed, "3 blocks indexed");
+    // Batch 1 is never published live: the link fetches it before applying batch 2.
+    publish(
+        &mut f.zmq,
+        2,
+        stored_batch(2000, &(100..104).collect::<Vec<_>>()),
+    )
+    .await;
+    eventually("3 + 2 replayed + 1 blocks, nothing cleared", || async {
+        index_blocks(&f).await == (6, 0)
+    })
+    .await;
+    let counters = link_state(&f).await.counters;
+    assert_eq!(
+        (counters.gaps, counters.replayed, counters.cleared),
+        (1, 1, 0)
+    );
+    f.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn batches_published_before_the_link_listened_are_caught_up_by_replay() {
+    // The engine served a request (batch 0) before the link heard anything.
+    let early: Vec<u32> = (60..68).collect();
+    let replay = serve_replay(vec![(0, stored_batch(7000, &early))]).await;
+    let mut f = start_with(BLOCK, Some(replay)).await;
+    eventually("the engine joins", || async { workers(&f).await == 1 }).await;
+    let tokens: Vec<u32> = (0..12).collect();
+    let mut landed = false;
+    for _ in 0..200 {
+        publish(&mut f.zmq, 1, stored_batch(1000, &tokens)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if index_blocks(&f).await.0 == 5 {
+            landed = true;
+            break;
+        }
+    }
+    assert!(landed, "2 caught-up blocks + 3 new ones indexed");
+    let counters = link_state(&f).await.counters;
+    assert_eq!(
+        (counters.catch_ups, counters.replayed, counters.cleared),
+        (1, 1, 0)
+    );
     f.node.shutdown().await;
 }

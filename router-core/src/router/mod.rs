@@ -23,7 +23,7 @@ use crate::ledger::BookingLedger;
 use crate::policy::PolicyProfile;
 use crate::time::Timestamp;
 use crate::worker::{WorkerSpec, WorkerSpecError};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 /// Where prefix overlap comes from.
@@ -44,15 +44,68 @@ pub struct PoolRouterConfig {
     pub prefix: PrefixMode,
 }
 
+/// How a router in events mode learns the prefixes of workers that publish no KV events
+/// (`WorkerSpec::kv_events == false`): from its own placements, held this long.
+pub const FALLBACK_APPROX: ApproxConfig = ApproxConfig {
+    ttl: std::time::Duration::from_secs(120),
+    capacity_blocks: 1 << 20,
+};
+
 #[derive(Debug)]
 enum Prefix {
     /// Shared with whoever applies the events; this router only reads it (and registers
-    /// workers in it).
-    Events(SharedKvIndex),
-    Approximate {
-        index: ApproxIndex,
-        queued: FxHashMap<RequestId, Vec<SequenceHash>>,
+    /// workers in it). Workers without events are learnt in `fallback`.
+    Events {
+        index: SharedKvIndex,
+        fallback: Learnt,
     },
+    /// Every worker is learnt from placements.
+    Approximate(Learnt),
+}
+
+/// An index learnt from this router's own placements.
+#[derive(Debug)]
+struct Learnt {
+    index: ApproxIndex,
+    /// Queued requests' hashes, learnt when they are admitted.
+    queued: FxHashMap<RequestId, Vec<SequenceHash>>,
+    /// Events mode: the workers learnt here (those that publish no events).
+    workers: FxHashSet<WorkerId>,
+}
+
+impl Learnt {
+    fn new(config: ApproxConfig) -> Self {
+        Self {
+            index: ApproxIndex::new(config),
+            queued: FxHashMap::default(),
+            workers: FxHashSet::default(),
+        }
+    }
+
+    fn remove_worker(&mut self, spec: &WorkerSpec) {
+        self.workers.remove(&spec.id);
+        for rank in spec.ranks() {
+            self.index.remove_rank(rank);
+        }
+    }
+
+    /// Learns where an admitted request went (a queued one's hashes wait for it).
+    fn learn(&mut self, outcome: &Outcome, hashes: Vec<SequenceHash>, now: Timestamp, all: bool) {
+        match outcome {
+            Outcome::Queued { request, .. } => {
+                self.queued.insert(*request, hashes);
+            }
+            Outcome::Admitted(a) => {
+                let hashes = self.queued.remove(&a.request).unwrap_or(hashes);
+                if all || self.workers.contains(&a.rank.worker) {
+                    self.index.record_placement(a.rank, &hashes, now);
+                }
+            }
+            Outcome::Rejected { request, .. } => {
+                self.queued.remove(request);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,11 +142,11 @@ impl PoolRouter {
         index: SharedKvIndex,
     ) -> Self {
         let prefix = match config.prefix {
-            PrefixMode::Events => Prefix::Events(index),
-            PrefixMode::Approximate(cfg) => Prefix::Approximate {
-                index: ApproxIndex::new(cfg),
-                queued: FxHashMap::default(),
+            PrefixMode::Events => Prefix::Events {
+                index,
+                fallback: Learnt::new(FALLBACK_APPROX),
             },
+            PrefixMode::Approximate(cfg) => Prefix::Approximate(Learnt::new(cfg)),
         };
         Self {
             scheduler: Scheduler::new(config.scheduler, profile),
@@ -122,16 +175,16 @@ impl PoolRouter {
     /// A lock-free read handle on the event-fed index (none in approximate mode).
     pub fn index_reader(&self) -> Option<KvIndexReader> {
         match &self.prefix {
-            Prefix::Events(index) => Some(index.reader()),
-            Prefix::Approximate { .. } => None,
+            Prefix::Events { index, .. } => Some(index.reader()),
+            Prefix::Approximate(_) => None,
         }
     }
 
     /// The event-fed index this router reads (none in approximate mode).
     pub fn kv_index(&self) -> Option<&SharedKvIndex> {
         match &self.prefix {
-            Prefix::Events(index) => Some(index),
-            Prefix::Approximate { .. } => None,
+            Prefix::Events { index, .. } => Some(index),
+            Prefix::Approximate(_) => None,
         }
     }
 
@@ -196,9 +249,7 @@ impl PoolRouter {
         for outcome in &outcomes {
             self.learn(outcome, Vec::new(), now);
         }
-        if let Prefix::Approximate { index, .. } = &mut self.prefix {
-            index.expire(now);
-        }
+        self.learnt_mut().index.expire(now);
         outcomes
     }
 
@@ -211,9 +262,7 @@ impl PoolRouter {
     }
 
     pub fn cancel(&mut self, request: RequestId, now: Timestamp) -> bool {
-        if let Prefix::Approximate { queued, .. } = &mut self.prefix {
-            queued.remove(&request);
-        }
+        self.learnt_mut().queued.remove(&request);
         self.scheduler.cancel(request, now)
     }
 
@@ -231,8 +280,13 @@ impl PoolRouter {
                 pool: self.block_size,
             });
         }
-        if let Prefix::Events(index) = &self.prefix {
+        if let Prefix::Events { index, fallback } = &mut self.prefix {
             index.add_worker(&spec)?;
+            if spec.kv_events {
+                fallback.remove_worker(&spec);
+            } else {
+                fallback.workers.insert(spec.id);
+            }
         }
         self.scheduler.ledger_mut().upsert_worker(spec)?;
         Ok(())
@@ -240,17 +294,11 @@ impl PoolRouter {
 
     /// Removes a worker: its index entries and what was booked on it go.
     pub fn remove_worker(&mut self, worker: WorkerId) {
-        match &mut self.prefix {
-            Prefix::Events(index) => {
-                index.remove_worker(worker);
-            }
-            Prefix::Approximate { index, .. } => {
-                if let Some(spec) = self.scheduler.ledger().worker(worker) {
-                    for rank in spec.ranks() {
-                        index.remove_rank(rank);
-                    }
-                }
-            }
+        if let Prefix::Events { index, .. } = &self.prefix {
+            index.remove_worker(worker);
+        }
+        if let Some(spec) = self.scheduler.ledger().worker(worker).cloned() {
+            self.learnt_mut().remove_worker(&spec);
         }
         self.scheduler.ledger_mut().remove_worker(worker);
     }
@@ -258,34 +306,43 @@ impl PoolRouter {
     /// Applies a worker's KV event (ignored, and counted as such, in approximate mode).
     pub fn apply_kv_event(&mut self, event: &KvEvent) -> EventStatus {
         match &mut self.prefix {
-            Prefix::Events(index) => index.write().apply(event),
-            Prefix::Approximate { .. } => EventStatus::UnknownWorker,
+            Prefix::Events { index, .. } => index.write().apply(event),
+            Prefix::Approximate(_) => EventStatus::UnknownWorker,
         }
     }
 
+    fn learnt_mut(&mut self) -> &mut Learnt {
+        match &mut self.prefix {
+            Prefix::Events { fallback, .. } => fallback,
+            Prefix::Approximate(learnt) => learnt,
+        }
+    }
+
+    /// Per-rank overlap: from the events index, plus what this router learnt for workers
+    /// without events (their ranks are never in the events index, so the two never overlap).
     fn overlap(&self, hashes: &[SequenceHash], now: Timestamp) -> OverlapScores {
         match &self.prefix {
-            Prefix::Events(index) => index.find_matches(hashes),
-            Prefix::Approximate { index, .. } => index.find_matches(hashes, now),
+            Prefix::Events { index, fallback } => {
+                let found = index.find_matches(hashes);
+                if fallback.workers.is_empty() {
+                    return found;
+                }
+                let learnt = fallback.index.find_matches(hashes, now);
+                OverlapScores::from_pairs(found.iter().chain(learnt.iter()).collect())
+            }
+            Prefix::Approximate(learnt) => learnt.index.find_matches(hashes, now),
         }
     }
 
-    /// Approximate mode learns where admitted requests went (a queued one's hashes wait).
+    /// Learns where admitted requests went: every worker in approximate mode, the workers
+    /// without events in events mode.
     fn learn(&mut self, outcome: &Outcome, hashes: Vec<SequenceHash>, now: Timestamp) {
-        let Prefix::Approximate { index, queued } = &mut self.prefix else {
-            return;
-        };
-        match outcome {
-            Outcome::Queued { request, .. } => {
-                queued.insert(*request, hashes);
+        match &mut self.prefix {
+            Prefix::Events { fallback, .. } if !fallback.workers.is_empty() => {
+                fallback.learn(outcome, hashes, now, false);
             }
-            Outcome::Admitted(a) => {
-                let hashes = queued.remove(&a.request).unwrap_or(hashes);
-                index.record_placement(a.rank, &hashes, now);
-            }
-            Outcome::Rejected { request, .. } => {
-                queued.remove(request);
-            }
+            Prefix::Events { .. } => {}
+            Prefix::Approximate(learnt) => learnt.learn(outcome, hashes, now, true),
         }
     }
 }

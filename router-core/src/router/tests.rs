@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::admission::{Phase, PoolRole, RejectReason};
-use crate::hashing::local_block_hashes;
+use crate::hashing::{local_block_hashes, token_sequence_hashes};
 use crate::ids::{ClassId, RankId, RouterId};
 use crate::index::{ExternalHash, KvEventData, StoredBlock};
 use std::time::Duration;
@@ -119,6 +119,71 @@ fn approximate_mode_learns_from_its_own_placements() {
         .map(|a| a.rank)
         .expect("admitted");
     assert_eq!(first, second, "the learned prefix attracts the repeat");
+}
+
+#[test]
+fn workers_without_events_are_learnt_from_placements_beside_the_event_index() {
+    // Events mode; worker 4 announces it publishes no KV events.
+    let mut r = router(PrefixMode::Events);
+    let mut spec = WorkerSpec::new(4, 1, 10_000, 8192);
+    spec.block_size = BS;
+    spec.kv_events = false;
+    r.upsert_worker(spec.clone()).expect("valid worker");
+    // Worker 3 holds prompt A by its events.
+    let a = tokens(1, 256);
+    r.apply_kv_event(&stored(3, &a, None));
+    // Prompt B goes wherever it goes; once placed on worker 4 it is learnt there. Route B
+    // until one lands on 4 (ties break by seed), releasing each.
+    let b = tokens(2, 256);
+    let mut on_four = false;
+    for id in 10..40 {
+        let rank = route(&mut r, id, b.clone(), None)
+            .admitted()
+            .map(|a| a.rank)
+            .expect("admitted");
+        r.release(RequestId::from_u128(id));
+        if rank == RankId::new(4, 0) {
+            on_four = true;
+            break;
+        }
+    }
+    assert!(on_four, "some request of B reached worker 4");
+    // From now on B follows its learnt prefix to 4, and A its published one to 3.
+    for id in 100..105 {
+        let rank = route(&mut r, id, b.clone(), None)
+            .admitted()
+            .map(|a| a.rank);
+        assert_eq!(rank, Some(RankId::new(4, 0)), "learnt prefix");
+        r.release(RequestId::from_u128(id));
+    }
+    let rank = route(&mut r, 200, a, None).admitted().map(|a| a.rank);
+    assert_eq!(rank, Some(RankId::new(3, 0)), "published prefix");
+    r.release(RequestId::from_u128(200));
+    // An event-publishing worker is never learnt from placements.
+    let c = tokens(3, 256);
+    let mut placed = Vec::new();
+    for id in 300..302 {
+        placed.push(
+            route(&mut r, id, c.clone(), None)
+                .admitted()
+                .map(|a| a.rank),
+        );
+        r.release(RequestId::from_u128(id));
+    }
+    if placed[0] != Some(RankId::new(4, 0)) {
+        let rank = placed[0].expect("admitted");
+        let hashes = token_sequence_hashes(&c, BS as usize, None);
+        assert_eq!(
+            r.overlap(&hashes, Timestamp(0)).get(rank),
+            0,
+            "no learnt prefix on an event-publishing worker"
+        );
+    }
+    // The worker starts publishing events: what was learnt about it is dropped.
+    spec.kv_events = true;
+    r.upsert_worker(spec).expect("valid worker");
+    let hashes = token_sequence_hashes(&b, BS as usize, None);
+    assert_eq!(r.overlap(&hashes, Timestamp(0)).get(RankId::new(4, 0)), 0);
 }
 
 #[test]

@@ -65,6 +65,8 @@ pub struct LinkCounters {
     pub cleared: u64,
     pub restarts: u64,
     pub duplicates: u64,
+    /// First batches heard after joining that did not start at 0, caught up by replay.
+    pub catch_ups: u64,
     pub subscriber_failures: u64,
     /// Publishes to the bus that failed.
     pub publish_failures: u64,
@@ -245,6 +247,8 @@ impl LinkState {
             max_num_batched_tokens: self.config.max_num_batched_tokens,
             block_size: capacity.block_size,
             loras: self.config.loras.clone(),
+            // Without an event publisher the routers learn this engine from placements.
+            kv_events: self.config.kv_events.is_some(),
         };
         let announce = WorkerAnnounce {
             spec,
@@ -341,6 +345,31 @@ impl LinkState {
             return;
         };
         let mut batches = Vec::with_capacity(1);
+        // The first batch heard since joining: a subscription only hears what is published
+        // after it connected, so an engine that published before (it served requests while
+        // the link was connecting, or before this link started) has batches this link never
+        // saw. Catch up from the engine's replay buffer when there is one.
+        let first = joined.seq.expected().is_none();
+        if first && seq > 0 && self.config.replay.is_some() {
+            joined.seq.observe(seq);
+            self.counters.catch_ups += 1;
+            if let Some(endpoint) = &self.config.replay {
+                match replay(endpoint, 0, seq - 1, self.config.replay_timeout).await {
+                    Ok(missed) => {
+                        self.counters.replayed += missed.len() as u64;
+                        for (_, payload) in missed {
+                            batches.push(self.translate(&payload));
+                        }
+                    }
+                    // The buffer no longer starts at 0 (a long-lived engine): what it cached
+                    // before is unknown, and nothing of it is in the index to go stale.
+                    Err(e) => self.error(e),
+                }
+            }
+            batches.push(self.translate(&payload));
+            self.publish(batches.concat()).await;
+            return;
+        }
         match joined.seq.observe(seq) {
             SeqStep::InOrder => {}
             SeqStep::Duplicate => {

@@ -118,10 +118,18 @@ impl ParsedRequest {
     }
 
     /// The body for the worker: the client's body with `stream: true` (the router must see
-    /// the first token), serialized.
+    /// the first token), serialized. A client that did not ask to stream gets one JSON answer
+    /// with its `usage`, as from any OpenAI server: the stream is asked to end with it
+    /// (`stream_options.include_usage`; real engines send no usage in a stream otherwise).
     pub fn upstream_body(&self) -> Vec<u8> {
         let mut body = self.body.clone();
         body.insert("stream".to_owned(), Value::Bool(true));
+        if !self.stream {
+            body.insert(
+                "stream_options".to_owned(),
+                serde_json::json!({ "include_usage": true }),
+            );
+        }
         serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
     }
 }

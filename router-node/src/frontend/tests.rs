@@ -158,6 +158,19 @@ fn upstream_always_streams_and_keeps_other_fields() {
     assert_eq!(sent["stream"], json!(true));
     assert_eq!(sent["temperature"], json!(0.5));
     assert_eq!(sent["vendor"], json!({"x": [1]}));
+    assert_eq!(
+        sent["stream_options"],
+        json!({"include_usage": true}),
+        "a non-streaming answer carries usage"
+    );
+    // A streaming client's own stream options are passed through untouched.
+    let p = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": "hi", "stream": true}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    let sent: Value = serde_json::from_slice(&p.upstream_body()).unwrap_or_default();
+    assert_eq!(sent.get("stream_options"), None);
 }
 
 #[tokio::test]

@@ -199,6 +199,7 @@ impl SimConfig {
             max_num_batched_tokens: Some(self.max_num_batched_tokens as u64),
             block_size: u32::try_from(self.block_size).unwrap_or(u32::MAX),
             loras: self.loras.clone(),
+            kv_events: true,
         }
     }
 }

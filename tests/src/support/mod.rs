@@ -21,9 +21,11 @@
 //! rebuilds the binary before any test runs.
 
 pub mod process;
+pub mod vllm;
 
-pub use process::{NodeBus, Proc, RouterNode, SimWorker, Stopped};
+pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, SimWorker, Stopped};
 pub use router_actors::testkit::NatsServer;
+pub use vllm::VllmEngine;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -191,6 +191,17 @@ impl RouterNode {
     /// JSON logs. `extra` is appended to its config file (any table but `[node]`, `[http]`,
     /// `[bus]` and `[telemetry]`, which this writes). Returns once it serves HTTP.
     pub fn start(name: &str, cluster: &str, bus: &NodeBus, extra: &str) -> Self {
+        Self::start_with_node(name, cluster, bus, "", extra)
+    }
+
+    /// [`Self::start`] with more `[node]` keys (`node_extra`, e.g. `block_size = 32`).
+    pub fn start_with_node(
+        name: &str,
+        cluster: &str,
+        bus: &NodeBus,
+        node_extra: &str,
+        extra: &str,
+    ) -> Self {
         let dir = TempDir::new("node");
         let bus = match bus {
             NodeBus::InProcess => "kind = \"in-process\"".to_owned(),
@@ -199,7 +210,7 @@ impl RouterNode {
         let config = dir.write(
             "node.toml",
             &format!(
-                "[node]\ncluster = \"{cluster}\"\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
+                "[node]\ncluster = \"{cluster}\"\n{node_extra}\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
                  drain_timeout_ms = 2000\n\n[bus]\n{bus}\n\n[telemetry]\nlog_format = \"json\"\n\n\
                  {extra}\n"
             ),
@@ -270,6 +281,34 @@ impl SimWorker {
 
     pub fn id(&self) -> u32 {
         self.proc.id()
+    }
+
+    pub fn output(&self) -> String {
+        self.proc.output()
+    }
+
+    pub fn stop(self) -> Stopped {
+        self.proc.stop()
+    }
+}
+
+/// A `router-node link` sidecar in front of one real engine.
+#[derive(Debug)]
+pub struct LinkSidecar {
+    proc: Proc,
+}
+
+impl LinkSidecar {
+    /// Starts `router-node link` with `args` (`--engine vllm --url ... --nats ...`); returns
+    /// once it has said which worker the engine is.
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let mut all = vec!["link"];
+        all.extend_from_slice(args);
+        let mut proc = Proc::spawn(name, &all);
+        proc.wait_for(START_TIMEOUT, |line| {
+            line.starts_with("router-node link:").then_some(())
+        });
+        Self { proc }
     }
 
     pub fn output(&self) -> String {

@@ -310,8 +310,12 @@ fn transfer_params(body: &[u8]) -> Result<Value, String> {
             Some(Value::Bool(true)) => Ok(Value::Object(params.clone())),
             _ => Err(format!("`{KV_TRANSFER}.do_remote_prefill` is not true")),
         },
+        // vLLM without a KV connector accepts the leg, ignores the params and answers null.
+        Some(Value::Null) | None => Err(format!(
+            "the answer has no `{KV_TRANSFER}`: is the prefill engine started with a KV \
+             connector (vLLM: --kv-transfer-config)?"
+        )),
         Some(_) => Err(format!("`{KV_TRANSFER}` is not an object")),
-        None => Err(format!("the answer has no `{KV_TRANSFER}`")),
     }
 }
 

@@ -1,0 +1,158 @@
+//! Real vLLM engines for the real-engine suite: the CPU build installed by
+//! `scripts/install-vllm.sh` into `.tools/vllm`, the tiny local model made by
+//! `scripts/make-tiny-model.py` in `.tools/models/tiny-llama`, each engine started by
+//! `scripts/start-vllm.sh` on ports picked here (HTTP, KV events, replay) and stopped by
+//! `scripts/stop-vllm.sh` (the engine runs as a process group of three processes).
+//!
+//! [`VllmEngine::kill`] is a SIGKILL of the whole group, as a crash would be;
+//! [`VllmEngine::restart`] starts it again on the same ports.
+
+use super::{TempDir, workspace_root};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The tiny model every engine serves (and whose tokenizer the routers read), as an absolute
+/// path without `..`: vLLM names the model by the path it was given.
+pub fn tiny_model() -> PathBuf {
+    let path = workspace_root().join(".tools/models/tiny-llama");
+    path.canonicalize().unwrap_or(path)
+}
+
+/// Panics with the commands that set things up when vLLM or the model is missing.
+pub fn require_vllm() {
+    let python = workspace_root().join(".tools/vllm/bin/python");
+    assert!(
+        python.exists() && tiny_model().join("tokenizer.json").exists(),
+        "the real-engine suite needs vLLM and the tiny model: run scripts/test-real-engines.sh \
+         (or scripts/install-vllm.sh and .tools/vllm/bin/python scripts/make-tiny-model.py \
+         .tools/models/tiny-llama)"
+    );
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// One running (or killed) engine.
+#[derive(Debug)]
+pub struct VllmEngine {
+    pub name: String,
+    pub port: u16,
+    pub kv_port: u16,
+    pub replay_port: u16,
+    num_gpu_blocks: Option<u32>,
+    dir: TempDir,
+}
+
+impl VllmEngine {
+    /// Starts an engine and returns once its `/health` answers (up to the script's timeout).
+    pub fn start(name: &str, num_gpu_blocks: Option<u32>) -> Self {
+        let engine = Self {
+            name: name.to_owned(),
+            port: free_port(),
+            kv_port: free_port(),
+            replay_port: free_port(),
+            num_gpu_blocks,
+            dir: TempDir::new("vllm"),
+        };
+        engine.launch();
+        engine
+    }
+
+    /// Starts several engines at once (start-up is mostly Python imports: in parallel).
+    pub fn start_all(specs: &[(&str, Option<u32>)]) -> Vec<Self> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = specs
+                .iter()
+                .map(|(name, blocks)| s.spawn(move || Self::start(name, *blocks)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| panic!("an engine failed to start"))
+                })
+                .collect()
+        })
+    }
+
+    fn launch(&self) {
+        let mut command = Command::new(workspace_root().join("scripts/start-vllm.sh"));
+        command
+            .arg("--model")
+            .arg(tiny_model())
+            .args(["--port", &self.port.to_string()])
+            .args(["--kv-port", &self.kv_port.to_string()])
+            .args(["--replay-port", &self.replay_port.to_string()])
+            .arg("--run-dir")
+            .arg(self.dir.path());
+        if let Some(blocks) = self.num_gpu_blocks {
+            command.args(["--num-gpu-blocks", &blocks.to_string()]);
+        }
+        let out = command
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run scripts/start-vllm.sh: {e}"));
+        assert!(
+            out.status.success(),
+            "{}: start-vllm.sh failed:\n{}\n{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn kv_events(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.kv_port)
+    }
+
+    pub fn replay(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.replay_port)
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.dir.path().join(format!("vllm-{}.pid", self.port))
+    }
+
+    /// The engine's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("vllm-{}.log", self.port)))
+            .unwrap_or_default()
+    }
+
+    /// SIGKILL to the engine's whole process group, as a crash.
+    pub fn kill(&self) {
+        let pgid = std::fs::read_to_string(self.pid_file()).unwrap_or_default();
+        let pgid = pgid.trim();
+        assert!(!pgid.is_empty(), "{}: no pid file", self.name);
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .status();
+    }
+
+    /// Starts the engine again on the same ports.
+    pub fn restart(&self) {
+        self.launch();
+    }
+
+    fn stop(&self) {
+        let _ = Command::new(workspace_root().join("scripts/stop-vllm.sh"))
+            .arg(self.pid_file())
+            .output();
+    }
+}
+
+impl Drop for VllmEngine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
