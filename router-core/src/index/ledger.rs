@@ -4,8 +4,9 @@
 //!
 //! The ledger decides what an event means and turns it into holder changes
 //! ("rank R now holds block S" / "no longer holds S"), which it hands to a [`HolderStore`]: the
-//! plain map of [`super::ReferenceIndex`] or the lock-free map of [`super::KvIndexWriter`]. So
-//! both indexes interpret events identically and differ only in storage and lookup.
+//! plain map of [`super::ReferenceIndex`] or the lock-free bit tables of
+//! [`super::KvIndexWriter`]. So both indexes interpret events identically and differ only in
+//! storage and lookup.
 
 use super::events::{EventStatus, ExternalHash, KvEvent, KvEventData, StoredBlock};
 use super::stats::IndexStats;
@@ -18,10 +19,17 @@ use std::ops::Range;
 
 /// Where holder changes go: the set of ranks holding each block.
 pub(crate) trait HolderStore {
-    /// Adds `rank` to the holders of `seq`; false when it already was one.
-    fn add_holder(&mut self, seq: SequenceHash, rank: RankId) -> bool;
-    /// Removes `rank` from the holders of `seq` (nothing when it was not one).
-    fn remove_holder(&mut self, seq: SequenceHash, rank: RankId);
+    /// How the store names a rank (the rank itself, or a dense slot).
+    type Holder: Copy;
+    /// The store's name for a registered rank, registering it on first use. Called once per
+    /// event, not per block.
+    fn holder(&mut self, rank: RankId) -> Self::Holder;
+    /// The rank is gone and holds nothing any more: its name may be reused.
+    fn release(&mut self, rank: RankId);
+    /// Adds `holder` to the holders of `seq`; false when it already was one.
+    fn add_holder(&mut self, seq: SequenceHash, holder: Self::Holder) -> bool;
+    /// Removes `holder` from the holders of `seq` (nothing when it was not one).
+    fn remove_holder(&mut self, seq: SequenceHash, holder: Self::Holder);
 }
 
 #[derive(Debug, Default)]
@@ -34,15 +42,21 @@ struct RankState {
     /// sequence leaves the store only when its last id is removed.
     extra_ids: FxHashMap<SequenceHash, u32>,
     last_event_id: Option<u64>,
+    /// Ids to make room for at the first Stored event: the rank's cache size, capped, so a
+    /// warming-up rank does not rehash its id map over and over.
+    expected_ids: usize,
 }
+
+/// Cap of [`RankState::expected_ids`] (an id map of about 270 KB per rank).
+const MAX_EXPECTED_IDS: u64 = 8_192;
 
 impl RankState {
     /// Drops every block; returns how many distinct blocks the rank held.
-    fn drop_all(&mut self, rank: RankId, store: &mut impl HolderStore) -> u64 {
+    fn drop_all<S: HolderStore>(&mut self, holder: S::Holder, store: &mut S) -> u64 {
         let extra: u64 = self.extra_ids.drain().map(|(_, n)| u64::from(n)).sum();
         let ids = self.by_external.len() as u64;
         for (_, seq) in self.by_external.drain() {
-            store.remove_holder(seq, rank);
+            store.remove_holder(seq, holder);
         }
         ids - extra
     }
@@ -76,7 +90,9 @@ impl Ledger {
             }
         }
         for rank in spec.ranks() {
-            self.ranks.entry(rank).or_default();
+            let expected = spec.total_kv_blocks.unwrap_or(0).min(MAX_EXPECTED_IDS);
+            self.ranks.entry(rank).or_default().expected_ids = expected as usize;
+            store.holder(rank);
         }
         self.refresh_counts();
         Ok(())
@@ -96,7 +112,9 @@ impl Ledger {
 
     fn drop_rank(&mut self, rank: RankId, store: &mut impl HolderStore) {
         if let Some(mut state) = self.ranks.remove(&rank) {
-            self.stats.rank_blocks -= state.drop_all(rank, store);
+            let holder = store.holder(rank);
+            self.stats.rank_blocks -= state.drop_all(holder, store);
+            store.release(rank);
         }
     }
 
@@ -129,6 +147,7 @@ impl Ledger {
             dp_rank: event.dp_rank,
         };
         let state = self.ranks.entry(rank).or_default();
+        let holder = store.holder(rank);
 
         let ids = &mut self.stats.event_ids;
         match state.last_event_id {
@@ -147,17 +166,17 @@ impl Ledger {
 
         match &event.data {
             KvEventData::Stored { parent, blocks } => {
-                let (status, added) = store_blocks(state, rank, *parent, blocks, store);
+                let (status, added) = store_blocks(state, holder, *parent, blocks, store);
                 self.stats.rank_blocks += added;
                 status
             }
             KvEventData::Removed { hashes } => {
-                let (status, removed) = remove_blocks(state, rank, hashes, store);
+                let (status, removed) = remove_blocks(state, holder, hashes, store);
                 self.stats.rank_blocks -= removed;
                 status
             }
             KvEventData::Cleared => {
-                self.stats.rank_blocks -= state.drop_all(rank, store);
+                self.stats.rank_blocks -= state.drop_all(holder, store);
                 EventStatus::Ok
             }
         }
@@ -165,12 +184,12 @@ impl Ledger {
 }
 
 /// Returns the status and how many blocks the rank newly holds.
-fn store_blocks(
+fn store_blocks<S: HolderStore>(
     state: &mut RankState,
-    rank: RankId,
+    holder: S::Holder,
     parent: Option<ExternalHash>,
     blocks: &[StoredBlock],
-    store: &mut impl HolderStore,
+    store: &mut S,
 ) -> (EventStatus, u64) {
     let mut parent_seq = match parent {
         None => None,
@@ -179,6 +198,11 @@ fn store_blocks(
             None => return (EventStatus::ParentNotFound, 0),
         },
     };
+    if state.by_external.capacity() == 0 {
+        state
+            .by_external
+            .reserve(state.expected_ids.max(blocks.len()));
+    }
     let mut status = EventStatus::Ok;
     let mut added = 0;
     for block in blocks {
@@ -195,7 +219,7 @@ fn store_blocks(
                 v.insert(seq);
             }
         }
-        if store.add_holder(seq, rank) {
+        if store.add_holder(seq, holder) {
             added += 1;
         } else {
             *state.extra_ids.entry(seq).or_insert(0) += 1;
@@ -205,11 +229,11 @@ fn store_blocks(
 }
 
 /// Returns the status and how many blocks the rank no longer holds.
-fn remove_blocks(
+fn remove_blocks<S: HolderStore>(
     state: &mut RankState,
-    rank: RankId,
+    holder: S::Holder,
     hashes: &[ExternalHash],
-    store: &mut impl HolderStore,
+    store: &mut S,
 ) -> (EventStatus, u64) {
     let mut status = EventStatus::Ok;
     let mut removed = 0;
@@ -230,7 +254,7 @@ fn remove_blocks(
             }
             Some(n) => *n -= 1,
             None => {
-                store.remove_holder(seq, rank);
+                store.remove_holder(seq, holder);
                 removed += 1;
             }
         }

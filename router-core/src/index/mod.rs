@@ -10,7 +10,8 @@
 //! to sequence hashes for `Stored` parents and `Removed` ids.
 //!
 //! - [`KvIndexWriter`] / [`KvIndexReader`]: the concurrent index (one writer, lock-free
-//!   readers on any thread).
+//!   readers on any thread): ranks as dense slots, each block's holders a word of bits in a
+//!   flat atomic table (`holders.rs`, `flat.rs`).
 //! - [`SharedKvIndex`]: one writer behind a mutex plus a lock-free reader, shared by the
 //!   actor that applies events and the router that looks prefixes up.
 //! - [`ReferenceIndex`]: the single-threaded reference it is property-tested against.
@@ -20,6 +21,8 @@
 mod approx;
 mod concurrent;
 mod events;
+mod flat;
+mod holders;
 mod ledger;
 mod overlap;
 mod reference;

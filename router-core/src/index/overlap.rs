@@ -1,10 +1,11 @@
-//! Overlap scores and the prefix walk that computes them.
+//! Overlap scores, and the prefix walk of the approximate index.
 //!
 //! A rank's score for a request is its matched prefix depth: how many of the request's blocks,
 //! counted from the first, the rank holds without a hole. The walk keeps the set of ranks that
 //! still match (sorted), intersects it with each next block's holders, and stops as soon as the
 //! set is empty, so a lookup costs one hash-map probe per matched block, not one per request
-//! block or per rank.
+//! block or per rank. (The concurrent index walks the same way over bitsets of rank slots; see
+//! `concurrent.rs`.)
 
 use crate::hashing::SequenceHash;
 use crate::ids::RankId;
@@ -22,6 +23,12 @@ impl OverlapScores {
     pub fn from_pairs(mut scores: Vec<(RankId, u32)>) -> Self {
         scores.retain(|&(_, depth)| depth > 0);
         scores.sort_unstable();
+        Self { scores }
+    }
+
+    /// Scores from (rank, depth) pairs already sorted by rank, with no zero depth.
+    pub(crate) fn from_sorted(scores: Vec<(RankId, u32)>) -> Self {
+        debug_assert!(scores.is_sorted_by_key(|&(rank, _)| rank));
         Self { scores }
     }
 
@@ -52,90 +59,6 @@ impl OverlapScores {
 
     pub fn is_empty(&self) -> bool {
         self.scores.is_empty()
-    }
-}
-
-/// The set of ranks holding one block, sorted. One or two holders (nearly every block) need
-/// no allocation of their own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RankSet {
-    One(RankId),
-    Two([RankId; 2]),
-    /// Three or more.
-    Many(Box<[RankId]>),
-}
-
-impl RankSet {
-    /// The set of exactly these ranks (sorted, distinct, not empty).
-    fn of(sorted: &[RankId]) -> RankSet {
-        match *sorted {
-            [one] => RankSet::One(one),
-            [a, b] => RankSet::Two([a, b]),
-            _ => RankSet::Many(sorted.into()),
-        }
-    }
-
-    pub(crate) fn as_slice(&self) -> &[RankId] {
-        match self {
-            RankSet::One(r) => std::slice::from_ref(r),
-            RankSet::Two(rs) => rs,
-            RankSet::Many(rs) => rs,
-        }
-    }
-
-    pub(crate) fn contains(&self, rank: RankId) -> bool {
-        match self {
-            RankSet::One(r) => *r == rank,
-            RankSet::Two([a, b]) => *a == rank || *b == rank,
-            RankSet::Many(rs) => rs.binary_search(&rank).is_ok(),
-        }
-    }
-
-    /// This set plus `rank`.
-    pub(crate) fn with(&self, rank: RankId) -> RankSet {
-        match *self {
-            RankSet::One(r) if r < rank => RankSet::Two([r, rank]),
-            RankSet::One(r) if r > rank => RankSet::Two([rank, r]),
-            RankSet::One(_) => self.clone(),
-            _ => {
-                let s = self.as_slice();
-                match s.binary_search(&rank) {
-                    Ok(_) => self.clone(),
-                    Err(at) => {
-                        let mut v = Vec::with_capacity(s.len() + 1);
-                        v.extend_from_slice(&s[..at]);
-                        v.push(rank);
-                        v.extend_from_slice(&s[at..]);
-                        RankSet::Many(v.into_boxed_slice())
-                    }
-                }
-            }
-        }
-    }
-
-    /// This set minus `rank`; `None` when nothing is left.
-    pub(crate) fn without(&self, rank: RankId) -> Option<RankSet> {
-        match *self {
-            RankSet::One(r) if r == rank => None,
-            RankSet::Two([a, b]) if a == rank => Some(RankSet::One(b)),
-            RankSet::Two([a, b]) if b == rank => Some(RankSet::One(a)),
-            RankSet::Many(ref rs) => match rs.binary_search(&rank) {
-                Err(_) => Some(self.clone()),
-                Ok(at) if rs.len() == 3 => {
-                    let mut two = [rs[0], rs[1]];
-                    if at < 2 {
-                        two[at] = rs[2];
-                        two.sort_unstable();
-                    }
-                    Some(RankSet::Two(two))
-                }
-                Ok(at) => {
-                    let v: Vec<RankId> = rs[..at].iter().chain(&rs[at + 1..]).copied().collect();
-                    Some(RankSet::of(&v))
-                }
-            },
-            _ => Some(self.clone()),
-        }
     }
 }
 
@@ -237,26 +160,6 @@ mod tests {
 
     fn r(w: u64) -> RankId {
         RankId::new(w, 0)
-    }
-
-    #[test]
-    fn rank_sets_stay_sorted_and_shrink_back_to_one() {
-        let s = RankSet::One(r(5)).with(r(1)).with(r(9)).with(r(5));
-        assert_eq!(s.as_slice(), &[r(1), r(5), r(9)]);
-        let four = s.with(r(7));
-        assert_eq!(four.as_slice(), &[r(1), r(5), r(7), r(9)]);
-        assert_eq!(four.without(r(7)), Some(s.clone()));
-        for (gone, left) in [(1, [5, 9]), (5, [1, 9]), (9, [1, 5])] {
-            assert_eq!(s.without(r(gone)), Some(RankSet::Two(left.map(r))));
-            assert!(!s.without(r(gone)).is_some_and(|t| t.contains(r(gone))));
-        }
-        assert_eq!(RankSet::One(r(5)).with(r(1)), RankSet::Two([r(1), r(5)]));
-        assert_eq!(RankSet::One(r(5)).with(r(9)), RankSet::Two([r(5), r(9)]));
-        let s = s.without(r(5)).and_then(|s| s.without(r(1)));
-        assert_eq!(s, Some(RankSet::One(r(9))));
-        assert_eq!(s.clone().map(|s| s.without(r(4))), Some(s.clone()));
-        assert_eq!(RankSet::One(r(9)).without(r(9)), None);
-        assert_eq!(RankSet::One(r(9)).without(r(3)), Some(RankSet::One(r(9))));
     }
 
     #[test]

@@ -17,6 +17,14 @@ use std::collections::BTreeSet;
 struct PlainStore(FxHashMap<SequenceHash, BTreeSet<RankId>>);
 
 impl HolderStore for PlainStore {
+    type Holder = RankId;
+
+    fn holder(&mut self, rank: RankId) -> RankId {
+        rank
+    }
+
+    fn release(&mut self, _rank: RankId) {}
+
     fn add_holder(&mut self, seq: SequenceHash, rank: RankId) -> bool {
         self.0.entry(seq).or_default().insert(rank)
     }

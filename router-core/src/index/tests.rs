@@ -314,6 +314,101 @@ fn readers_on_other_threads_see_the_writers_blocks() {
     assert_eq!(reader.block_count(), 3);
 }
 
+#[test]
+fn thousands_of_blocks_stored_and_evicted_match_the_reference_through_table_rebuilds() {
+    let mut reference = ReferenceIndex::new();
+    let mut concurrent = KvIndexWriter::new();
+    let reader = concurrent.reader();
+    for w in 1..=3 {
+        let spec = WorkerSpec::new(w, 1, 10_000, 100);
+        assert!(reference.add_worker(&spec).is_ok() && concurrent.add_worker(&spec).is_ok());
+    }
+    // 300 documents of 10 blocks, each stored on one or two workers; every third one evicted
+    // again leaf first, so the tables fill with tombstones and are rebuilt several times.
+    let doc = |d: u64| (d * 10..d * 10 + 10).collect::<Vec<u64>>();
+    let mut id = 0;
+    let mut both = |ev: &KvEvent| {
+        assert_eq!(reference.apply(ev), concurrent.apply(ev));
+    };
+    for d in 0..300u64 {
+        for w in [1 + d % 3, 1 + (d * 7) % 3] {
+            id += 1;
+            both(&stored(w, 0, id, None, &doc(d)));
+            if d % 3 == 0 {
+                id += 1;
+                let mut gone = doc(d);
+                gone.reverse();
+                both(&removed(w, id, &gone[..6]));
+            }
+        }
+    }
+    for d in 0..300u64 {
+        let q = query(&doc(d));
+        let expected = reference.find_matches(&q);
+        assert!(!expected.is_empty());
+        assert_eq!(reader.find_matches(&q), expected);
+        assert_eq!(reader.holders(q[9]), reference.holders(q[9]));
+    }
+    assert_eq!(reference.stats(), concurrent.stats());
+    assert_eq!(reader.block_count() as u64, reference.stats().blocks);
+}
+
+#[test]
+fn a_reader_never_sees_blocks_of_a_rank_that_does_not_hold_them_while_the_writer_churns() {
+    // Worker 1 holds `kept` throughout. Worker 2 holds it too, then is removed and worker 3
+    // takes its slot without ever storing `kept`. Meanwhile worker 1 stores and evicts
+    // thousands of other blocks, so the tables are rebuilt and republished under the reader.
+    let mut w = KvIndexWriter::new();
+    for id in 1..=2 {
+        assert_eq!(w.add_worker(&WorkerSpec::new(id, 1, 100_000, 100)), Ok(()));
+    }
+    let kept: Vec<u64> = (1..=8).collect();
+    w.apply(&stored(1, 0, 1, None, &kept));
+    w.apply(&stored(2, 0, 1, None, &kept));
+    let reader = w.reader();
+    let q = query(&kept);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = {
+        let (reader, q, stop) = (reader.clone(), q.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut lookups = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || lookups < 100 {
+                let scores = reader.find_matches(&q);
+                assert_eq!(scores.get(rank(1)), 8, "{scores:?}");
+                assert_eq!(scores.get(rank(3)), 0, "{scores:?}");
+                assert!(
+                    scores
+                        .iter()
+                        .all(|(r, d)| r == rank(2) && d == 8 || r == rank(1))
+                );
+                lookups += 1;
+            }
+        })
+    };
+    assert!(w.remove_worker(WorkerId(2)));
+    assert_eq!(w.add_worker(&WorkerSpec::new(3, 1, 100_000, 100)), Ok(()));
+    let mut id = 1;
+    for round in 0..20u64 {
+        let blocks: Vec<u64> = (0..500).map(|b| 1_000 + round * 1_000 + b).collect();
+        for chunk in blocks.chunks(10) {
+            id += 1;
+            w.apply(&stored(1, 0, id, None, chunk));
+            id += 1;
+            w.apply(&stored(3, 0, id, None, chunk));
+        }
+        for chunk in blocks.chunks(10) {
+            id += 1;
+            w.apply(&removed(1, id, chunk));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(handle.join().is_ok());
+    assert_eq!(
+        reader.find_matches(&q).iter().collect::<Vec<_>>(),
+        vec![(rank(1), 8)]
+    );
+}
+
 /// One step of a random workload over 3 workers × 2 ranks and a small block alphabet, so
 /// sequences share prefixes, parents go missing and ids repeat.
 #[derive(Debug, Clone)]
@@ -358,9 +453,10 @@ fn doc_store(w: u64, r: u32, doc: usize, start: usize, len: usize) -> Step {
     }
 }
 
-fn step() -> impl Strategy<Value = Step> {
+/// Steps over workers of `dp_size` ranks (rank `dp_size` does not exist).
+fn step(dp_size: u32) -> impl Strategy<Value = Step> {
     let w = 1u64..=4; // worker 4 is never registered at first
-    let r = 0u32..3; // rank 2 does not exist
+    let r = 0u32..dp_size + 1;
     prop_oneof![
         12 => (w.clone(), r.clone(), 0usize..3, prop_oneof![Just(0usize), 0usize..6], 1usize..5)
             .prop_map(|(w, r, doc, start, len)| doc_store(w, r, doc, start, len)),
@@ -374,62 +470,97 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Applies `steps` to both indexes (three workers of `dp_size` ranks registered at first) and
+/// checks after every step that both answer every query alike.
+fn check_same_answers(
+    dp_size: u32,
+    steps: Vec<Step>,
+    random_queries: Vec<Vec<u64>>,
+) -> Result<(), TestCaseError> {
+    let queries: Vec<Vec<u64>> = DOCS
+        .iter()
+        .map(|d| d.to_vec())
+        .chain(random_queries)
+        .collect();
+    let mut reference = ReferenceIndex::new();
+    let mut concurrent = KvIndexWriter::new();
+    let reader = concurrent.reader();
+    for w in 1..=3 {
+        let spec = WorkerSpec::new(w, dp_size, 100, 100);
+        prop_assert!(reference.add_worker(&spec).is_ok() && concurrent.add_worker(&spec).is_ok());
+    }
+    for (id, s) in steps.into_iter().enumerate() {
+        let id = id as u64;
+        let (a, b) = match s {
+            Step::Store {
+                w,
+                r,
+                parent,
+                blocks,
+            } => {
+                let ev = stored(w, r, id, parent, &blocks);
+                (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
+            }
+            Step::Remove { w, r, hashes } => {
+                let mut ev = removed(w, id, &hashes);
+                ev.dp_rank = r;
+                (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
+            }
+            Step::Clear { w, r } => {
+                let mut ev = cleared(w, id);
+                ev.dp_rank = r;
+                (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
+            }
+            Step::RemoveWorker { w } => {
+                prop_assert_eq!(
+                    reference.remove_worker(WorkerId(w)),
+                    concurrent.remove_worker(WorkerId(w))
+                );
+                (None, None)
+            }
+            Step::AddWorker { w } => {
+                let spec = WorkerSpec::new(w, dp_size, 100, 100);
+                prop_assert!(
+                    reference.add_worker(&spec).is_ok() && concurrent.add_worker(&spec).is_ok()
+                );
+                (None, None)
+            }
+        };
+        prop_assert_eq!(a, b);
+        for q in &queries {
+            let hashes = query(q);
+            let expected = reference.find_matches(&hashes);
+            prop_assert_eq!(&concurrent.find_matches(&hashes), &expected);
+            prop_assert_eq!(&reader.find_matches(&hashes), &expected);
+        }
+    }
+    prop_assert_eq!(reference.stats(), concurrent.stats());
+    // Every held block is reachable: its holders agree too.
+    for q in &queries {
+        for h in query(q) {
+            prop_assert_eq!(reference.holders(h), reader.holders(h));
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn random_event_streams_give_identical_matches_on_both_indexes(
-        steps in proptest::collection::vec(step(), 1..60),
+        steps in proptest::collection::vec(step(2), 1..60),
         random_queries in proptest::collection::vec(proptest::collection::vec(0u64..12, 1..6), 3),
     ) {
-        let queries: Vec<Vec<u64>> = DOCS.iter().map(|d| d.to_vec()).chain(random_queries).collect();
-        let mut reference = ReferenceIndex::new();
-        let mut concurrent = KvIndexWriter::new();
-        let reader = concurrent.reader();
-        for w in 1..=3 {
-            let spec = WorkerSpec::new(w, 2, 100, 100);
-            prop_assert!(reference.add_worker(&spec).is_ok() && concurrent.add_worker(&spec).is_ok());
-        }
-        for (id, s) in steps.into_iter().enumerate() {
-            let id = id as u64;
-            let (a, b) = match s {
-                Step::Store { w, r, parent, blocks } => {
-                    let ev = stored(w, r, id, parent, &blocks);
-                    (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
-                }
-                Step::Remove { w, r, hashes } => {
-                    let mut ev = removed(w, id, &hashes);
-                    ev.dp_rank = r;
-                    (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
-                }
-                Step::Clear { w, r } => {
-                    let mut ev = cleared(w, id);
-                    ev.dp_rank = r;
-                    (Some(reference.apply(&ev)), Some(concurrent.apply(&ev)))
-                }
-                Step::RemoveWorker { w } => {
-                    prop_assert_eq!(reference.remove_worker(WorkerId(w)), concurrent.remove_worker(WorkerId(w)));
-                    (None, None)
-                }
-                Step::AddWorker { w } => {
-                    let spec = WorkerSpec::new(w, 2, 100, 100);
-                    prop_assert!(reference.add_worker(&spec).is_ok() && concurrent.add_worker(&spec).is_ok());
-                    (None, None)
-                }
-            };
-            prop_assert_eq!(a, b);
-            for q in &queries {
-                let hashes = query(q);
-                let expected = reference.find_matches(&hashes);
-                prop_assert_eq!(&concurrent.find_matches(&hashes), &expected);
-                prop_assert_eq!(&reader.find_matches(&hashes), &expected);
-            }
-        }
-        prop_assert_eq!(reference.stats(), concurrent.stats());
-        // Every held block is reachable: its holders agree too.
-        for q in &queries {
-            for h in query(q) {
-                prop_assert_eq!(reference.holders(h), reader.holders(h));
-            }
-        }
+        check_same_answers(2, steps, random_queries)?;
+    }
+
+    /// 3 × 40 ranks: holder sets span two 64-slot words, and removed workers' slots go to
+    /// other workers.
+    #[test]
+    fn fleets_of_over_64_ranks_give_identical_matches_on_both_indexes(
+        steps in proptest::collection::vec(step(40), 1..80),
+        random_queries in proptest::collection::vec(proptest::collection::vec(0u64..12, 1..6), 3),
+    ) {
+        check_same_answers(40, steps, random_queries)?;
     }
 }
 
