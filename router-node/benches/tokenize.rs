@@ -5,8 +5,12 @@
 //!   of the test model directory (`tests/fixtures/tiny-llama`, shaped like Llama 3's).
 //! - `encode`: [`Tokenizer::encode`] on this thread (split at safe boundaries and encoded in
 //!   parallel when long); `whole`: the text in one piece on this thread, as before the
-//!   split; `prompter`: [`Prompter::tokenize`] from a tokio task, the blocking-thread handoff
-//!   included (what a request pays).
+//!   split; `prompter`: [`Prompter::tokenize_for`] from a tokio task, the blocking-thread
+//!   handoff included (what a request pays); `tiktoken-o200k/tiktoken-rs`: tiktoken-rs's own
+//!   `encode_ordinary` (fancy-regex), what the router used before.
+//!
+//! `handoff/2k/<path>`: 2 KB (above the inline limit) encoded on this thread and through the
+//! prompter's blocking thread: the difference is the handoff.
 //!
 //! Run: `cargo bench -p router-node --bench tokenize`. Figures in BENCHMARKS.md.
 
@@ -37,6 +41,10 @@ fn bench(c: &mut Criterion) {
         .expect("a runtime");
     let mut group = c.benchmark_group("tokenize");
     group.throughput(Throughput::Bytes(text.len() as u64));
+    let reference = tiktoken_rs::o200k_base_singleton();
+    group.bench_function("tiktoken-o200k/tiktoken-rs", |b| {
+        b.iter(|| black_box(reference.encode_ordinary(black_box(&text))))
+    });
     for (name, tokenizer) in tokenizers() {
         // Build the tables first (tiktoken is lazy).
         black_box(tokenizer.encode(&text));
@@ -54,6 +62,24 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+
+    // The blocking-thread handoff alone: 2 KB (above the inline limit, below the split) on
+    // this thread and through the prompter's blocking thread.
+    let short = varied_text::varied_text(2 * 1024, 3);
+    let tokenizer = Tokenizer::default();
+    let prompter = Prompter::new(tokenizer.clone(), None);
+    black_box(tokenizer.encode(&short));
+    let mut group = c.benchmark_group("handoff");
+    group.bench_function("2k/encode", |b| {
+        b.iter(|| black_box(tokenizer.encode(black_box(&short))))
+    });
+    group.bench_function("2k/prompter", |b| {
+        b.iter(|| {
+            let prompt = PromptInput::Text(vec![short.clone()]);
+            runtime.block_on(prompter.tokenize_for(Endpoint::Completions, prompt))
+        })
+    });
     group.finish();
 }
 

@@ -2,7 +2,8 @@
 //! exactly those of the whole text, for every tiktoken encoding and for the byte-level BPE
 //! of the model directory fixture (plain and as the engine), on varied text and on random
 //! strings built from the characters that matter at a boundary. A tokenizer whose
-//! normalizer changes piece starts is not split.
+//! normalizer changes piece starts is not split. The faster `o200k_base` gives tiktoken-rs's
+//! ids.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -88,6 +89,17 @@ fn nasty() -> impl Strategy<Value = String> {
         "\"",
         "#",
         "`",
+        "\u{85}",
+        "\u{2028}",
+        "\u{c}",
+        "\r",
+        "\u{301}",
+        "É",
+        "ǅ",
+        "٣",
+        "//",
+        "'LL",
+        "\n\n\n",
     ]);
     prop::collection::vec(atoms, 0..300).prop_map(|v| v.concat())
 }
@@ -105,6 +117,27 @@ proptest! {
                 .collect();
             prop_assert_eq!(cut, whole, "{}", tokenizer.describe());
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_faster_o200k_gives_tiktoken_s_ids(text in nasty()) {
+        let ours = Tokenizer::Tiktoken(TiktokenEncoding::O200kBase).encode_whole(&text);
+        prop_assert_eq!(ours, tiktoken_rs::o200k_base_singleton().encode_ordinary(&text));
+    }
+}
+
+#[test]
+fn the_faster_o200k_gives_tiktoken_s_ids_on_varied_text() {
+    let tokenizer = Tokenizer::Tiktoken(TiktokenEncoding::O200kBase);
+    for seed in 0..4 {
+        let text = varied_text::varied_text(20_000, seed);
+        let expected = tiktoken_rs::o200k_base_singleton().encode_ordinary(&text);
+        assert_eq!(tokenizer.encode_whole(&text), expected, "seed {seed}");
+        assert_eq!(tokenizer.encode(&text), expected, "seed {seed}");
     }
 }
 

@@ -18,7 +18,8 @@
 //! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
 //! `disagg/`, `error.rs`, `prompter.rs` (the [`Prompter`]: tokenizer and chat rendering),
 //! `tokenizer.rs` (the [`Tokenizer`]), `huggingface.rs` (a `tokenizer.json`), `split.rs`
-//! (long text encoded in parallel pieces), `model_dir.rs` (a model directory's tokenizer and
+//! (long text encoded in parallel pieces), `o200k.rs` (the default encoding without
+//! fancy-regex), `model_dir.rs` (a model directory's tokenizer and
 //! chat template), `chat_template.rs`.
 
 mod admit;
@@ -30,6 +31,7 @@ mod error;
 mod handlers;
 mod huggingface;
 mod model_dir;
+mod o200k;
 mod openai;
 mod prompter;
 mod proxy;

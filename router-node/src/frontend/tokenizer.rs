@@ -12,9 +12,11 @@
 //! Llama's BOS) while [`Tokenizer::encode`] (a rendered chat prompt) adds none.
 //!
 //! Long text is cut at boundaries no pre-tokenizer piece crosses and the pieces are encoded
-//! in parallel (`split.rs`); the ids are the same as encoding the text whole.
+//! in parallel (`split.rs`); the ids are the same as encoding the text whole. `o200k_base`
+//! runs its pre-tokenizer on the `regex` crate (`o200k.rs`), with tiktoken-rs's ids.
 
 use super::huggingface::HuggingFaceTokenizer;
+use super::o200k;
 use super::openai::byte_pieces;
 use super::split;
 use serde::{Deserialize, Serialize};
@@ -53,11 +55,15 @@ impl TiktokenEncoding {
         }
     }
 
-    /// The process-wide encoder (built once, about a second in a debug build).
-    fn bpe(self) -> &'static tiktoken_rs::CoreBPE {
-        let bpe = self.build();
+    /// The ids of `text` (`o200k_base` through [`o200k`]'s faster pre-tokenizer). The first
+    /// call builds the process-wide encoder (about a second in a debug build).
+    fn encode(self, text: &str) -> Vec<u32> {
+        let ids = match (self, o200k_fast(self)) {
+            (_, Some(fast)) => fast.encode(text),
+            _ => self.build().encode_ordinary(text),
+        };
         BUILT[self as usize].store(true, Ordering::Release);
-        bpe
+        ids
     }
 
     /// Whether the encoder is built already (then encoding short text takes microseconds).
@@ -137,7 +143,7 @@ impl Tokenizer {
     /// One piece, no special tokens added.
     fn encode_piece(&self, text: &str) -> Vec<u32> {
         match self {
-            Self::Tiktoken(encoding) => encoding.bpe().encode_ordinary(text),
+            Self::Tiktoken(encoding) => encoding.encode(text),
             Self::HuggingFace(hf) => hf.encode_plain(text).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "the tokenizer failed: counting bytes instead");
                 byte_pieces(text).collect()
@@ -166,7 +172,7 @@ impl Tokenizer {
     /// Builds anything built lazily (the tiktoken tables).
     pub(super) fn warm(&self) {
         if let Self::Tiktoken(encoding) = self {
-            let _ = encoding.bpe();
+            let _ = encoding.encode("");
         }
     }
 
@@ -176,5 +182,12 @@ impl Tokenizer {
             Self::Tiktoken(encoding) => encoding.built(),
             Self::HuggingFace(_) => true,
         }
+    }
+}
+
+fn o200k_fast(encoding: TiktokenEncoding) -> Option<&'static o200k::FastO200k> {
+    match encoding {
+        TiktokenEncoding::O200kBase => o200k::fast(),
+        _ => None,
     }
 }
