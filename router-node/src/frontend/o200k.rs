@@ -3,7 +3,8 @@
 //!
 //! tiktoken's pattern ends in `\s+(?!\S)|\s+`, a look-ahead the `regex` crate cannot run, so
 //! tiktoken-rs runs the whole pattern on fancy-regex's backtracking engine, which is most of
-//! its cost. Here the pattern runs on the `regex` crate with `\s+` in place of both, and the
+//! its cost. Here the pattern runs on `regex-automata` (the `regex` crate's engine, anchored at
+//! each piece's start) with `\s+` in place of both, and the
 //! look-ahead is applied after the match: a whitespace match (one without `\r` / `\n`, which
 //! only the earlier `\s*[\r\n]+` takes) of two or more characters followed by more text gives
 //! back its last character, as `\s+(?!\S)` does by backtracking; that character then starts
@@ -11,6 +12,8 @@
 //! tiktoken-rs's encoder and merged with its `byte_pair_split`. When the pattern is not the
 //! expected one, or a self-check at build differs from tiktoken-rs, tiktoken-rs is used.
 
+use regex_automata::meta::Regex;
+use regex_automata::{Anchored, Input};
 use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
@@ -27,7 +30,7 @@ pub(super) fn fast() -> Option<&'static FastO200k> {
 }
 
 pub(super) struct FastO200k {
-    regex: regex::Regex,
+    regex: Regex,
     ranks: FxHashMap<Vec<u8>, u32>,
     core: &'static CoreBPE,
 }
@@ -43,7 +46,7 @@ impl std::fmt::Debug for FastO200k {
 impl FastO200k {
     fn build() -> Option<Self> {
         let pattern = tiktoken_rs::O200K_BASE_PAT_STR.strip_suffix(TAIL)?;
-        let regex = regex::Regex::new(&format!(r"{pattern}|\s+")).ok()?;
+        let regex = Regex::new(&format!(r"{pattern}|\s+")).ok()?;
         let core = tiktoken_rs::o200k_base_singleton();
         let specials = core.special_tokens();
         let mut ranks = FxHashMap::default();
@@ -64,18 +67,26 @@ impl FastO200k {
     pub(super) fn encode(&self, text: &str) -> Vec<u32> {
         let mut ids = Vec::with_capacity(text.len() / 3);
         let mut at = 0;
-        while let Some(m) = self.regex.find_at(text, at) {
-            let piece = m.as_str();
-            let mut end = m.end();
+        // Every character starts some alternative, so each piece starts where the last ended:
+        // an anchored search needs only the end (no reverse search for the start).
+        while at < text.len() {
+            let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+            let Some(half) = self.regex.search_half(&input) else {
+                // Cannot happen (see above); tiktoken-rs takes the rest.
+                ids.extend(self.core.encode_ordinary(&text[at..]));
+                break;
+            };
+            let mut end = half.offset();
+            let piece = &text[at..end];
             if end < text.len()
                 && piece.chars().all(char::is_whitespace)
                 && !piece.contains(['\r', '\n'])
                 && let Some((last, _)) = piece.char_indices().last()
                 && last > 0
             {
-                end = m.start() + last;
+                end = at + last;
             }
-            self.piece(&text[m.start()..end], &mut ids);
+            self.piece(&text[at..end], &mut ids);
             at = end;
         }
         ids

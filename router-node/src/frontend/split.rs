@@ -16,10 +16,10 @@ use rayon::prelude::*;
 
 /// Shorter text is encoded in one piece: a piece's encoding must outweigh handing it to
 /// another thread.
-pub const SPLIT_MIN_BYTES: usize = 16 * 1024;
+pub const SPLIT_MIN_BYTES: usize = 32 * 1024;
 
 /// About how long the pieces are.
-const PIECE_BYTES: usize = 8 * 1024;
+const PIECE_BYTES: usize = 16 * 1024;
 
 /// Whether `text` may be cut before byte `i` (see the module docs).
 pub(super) fn is_cut(bytes: &[u8], i: usize) -> bool {
