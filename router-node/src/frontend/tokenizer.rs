@@ -6,7 +6,7 @@
 //! Special tokens: with tiktoken and with `kind = "huggingface"` text is plain: special-token
 //! strings such as `<|endoftext|>` are tokenized as ordinary text, and no special tokens (BOS,
 //! EOS) are added around it. A tokenizer loaded from a model directory
-//! ([`Tokenizer::model_dir`], `huggingface.rs`) tokenizes as vLLM does: special-token strings
+//! ([`super::Prompter::from_model_dir`], `huggingface.rs`) tokenizes as vLLM does: special-token strings
 //! in the text are their special tokens, and [`Tokenizer::encode_with_specials`] (a
 //! completion's prompt) adds the tokenizer's own special tokens (its post-processor's, e.g.
 //! Llama's BOS) while [`Tokenizer::encode`] (a rendered chat prompt) adds none.
