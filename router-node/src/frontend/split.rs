@@ -29,7 +29,7 @@ pub(super) fn is_cut(bytes: &[u8], i: usize) -> bool {
         && bytes[i - 1].is_ascii_graphic()
 }
 
-/// `text` cut into pieces of about `piece` bytes each at [`is_cut`] boundaries (one piece
+/// `text` cut into pieces of about `piece` bytes each at `is_cut` boundaries (one piece
 /// when there is no boundary). The pieces concatenate to `text`.
 pub fn pieces(text: &str, piece: usize) -> Vec<&str> {
     let bytes = text.as_bytes();

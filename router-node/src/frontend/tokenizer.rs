@@ -6,8 +6,8 @@
 //! Special tokens: with tiktoken and with `kind = "huggingface"` text is plain: special-token
 //! strings such as `<|endoftext|>` are tokenized as ordinary text, and no special tokens (BOS,
 //! EOS) are added around it. A tokenizer loaded from a model directory
-//! ([`super::Prompter::from_model_dir`], `huggingface.rs`) tokenizes as vLLM does: special-token strings
-//! in the text are their special tokens, and [`Tokenizer::encode_with_specials`] (a
+//! ([`super::Prompter::from_model_dir`], `huggingface.rs`) tokenizes as vLLM does:
+//! special-token strings in the text are their special tokens, and [`Tokenizer::encode_with_specials`] (a
 //! completion's prompt) adds the tokenizer's own special tokens (its post-processor's, e.g.
 //! Llama's BOS) while [`Tokenizer::encode`] (a rendered chat prompt) adds none.
 //!
@@ -151,7 +151,7 @@ impl Tokenizer {
         }
     }
 
-    /// Whether long text is cut at [`split`]'s boundaries and encoded in parallel: always
+    /// Whether long text is cut at `split.rs`'s boundaries and encoded in parallel: always
     /// for tiktoken (its patterns never put a space before a letter into the piece before
     /// it); for a HuggingFace tokenizer when it was found to cut there (`huggingface.rs`).
     pub fn splits_long_text(&self) -> bool {
