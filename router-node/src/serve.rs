@@ -197,6 +197,7 @@ async fn serve_node(
     .map_err(|e| ServeError::Client(e.to_string()))?
     .with_models(config.http.models.iter().cloned())
     .with_prompter(prompter)
+    .with_forward_token_ids(config.tokenizer.forward_token_ids)
     .with_alive(node.alive());
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.

@@ -69,7 +69,7 @@ impl PromptReader for Prompter {
             let request = self
                 .parse(endpoint, body)
                 .map_err(|e| BadRequest(e.message))?;
-            let tokens = self.tokenize(request.prompt).await;
+            let tokens = self.tokenize_for(endpoint, request.prompt).await;
             Ok(PromptRequest {
                 model: request.model,
                 tokens,

@@ -1,8 +1,8 @@
 //! Loading: defaults → file → environment, then validation; and conversion to what the
 //! node and the frontend take.
 
-use super::{Config, TokenizerKind, TopologyKind};
-use crate::frontend::{ChatTemplate, Limits, Prompter, Tokenizer};
+use super::{Config, TopologyKind};
+use crate::frontend::Limits;
 use router_actors::{NodeConfig, Topology};
 use router_core::{PolicyError, PolicyFormat, PolicyProfile, RouterId, SelectionConfig};
 use std::net::SocketAddr;
@@ -40,7 +40,8 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// A tokenizer or chat template file that cannot be used; `key` is
-    /// `tokenizer.path` or `tokenizer.chat_template`.
+    /// `tokenizer.path`, `tokenizer.chat_template` or `tokenizer.model_dir` (then `path` is
+    /// the file in the directory).
     #[error("{key} {path}: {message}")]
     Tokenizer {
         key: &'static str,
@@ -115,8 +116,8 @@ impl Config {
         Ok(config)
     }
 
-    /// A relative `policy.path`, `tokenizer.path` or `tokenizer.chat_template` is relative
-    /// to the directory of the config file.
+    /// A relative `policy.path`, `tokenizer.path`, `tokenizer.chat_template` or
+    /// `tokenizer.model_dir` is relative to the directory of the config file.
     fn resolve_relative_paths(&mut self, config_file: &Path) {
         let Some(dir) = config_file.parent() else {
             return;
@@ -125,6 +126,7 @@ impl Config {
             &mut self.policy.path,
             &mut self.tokenizer.path,
             &mut self.tokenizer.chat_template,
+            &mut self.tokenizer.model_dir,
         ]
         .into_iter()
         .flatten()
@@ -265,36 +267,7 @@ impl Config {
                 "must not be empty",
             ));
         }
-        let tok = &self.tokenizer;
-        match (tok.kind, &tok.path) {
-            (TokenizerKind::HuggingFace, None) => {
-                return Err(ConfigError::invalid(
-                    "tokenizer.path",
-                    "is required with tokenizer.kind = \"huggingface\" (a tokenizer.json)",
-                ));
-            }
-            (TokenizerKind::Tiktoken, Some(_)) => {
-                return Err(ConfigError::invalid(
-                    "tokenizer.path",
-                    "is only read with tokenizer.kind = \"huggingface\"; kind is \"tiktoken\"",
-                ));
-            }
-            _ => {}
-        }
-        if tok.chat_template.is_none() {
-            for (key, value) in [
-                ("tokenizer.bos_token", &tok.bos_token),
-                ("tokenizer.eos_token", &tok.eos_token),
-            ] {
-                if value.is_some() {
-                    return Err(ConfigError::invalid(
-                        key,
-                        "is only used by tokenizer.chat_template, which is not set",
-                    ));
-                }
-            }
-        }
-        Ok(())
+        self.tokenizer.validate()
     }
 
     /// The effective configuration as TOML (what `print-config` prints).
@@ -317,40 +290,6 @@ impl Config {
             None => Ok(PolicyProfile::fallback()),
             Some(path) => read_policy(path),
         }
-    }
-
-    /// The configured tokenizer and chat rendering, files loaded. An error names
-    /// `tokenizer.path` or `tokenizer.chat_template` and the file.
-    pub fn prompter(&self) -> Result<Prompter, ConfigError> {
-        let tok = &self.tokenizer;
-        let tokenizer = match (tok.kind, &tok.path) {
-            (TokenizerKind::Tiktoken, _) => Tokenizer::Tiktoken(tok.encoding),
-            (TokenizerKind::HuggingFace, None) => {
-                return Err(ConfigError::invalid(
-                    "tokenizer.path",
-                    "is required with tokenizer.kind = \"huggingface\" (a tokenizer.json)",
-                ));
-            }
-            (TokenizerKind::HuggingFace, Some(path)) => {
-                Tokenizer::huggingface(path).map_err(|e| ConfigError::Tokenizer {
-                    key: "tokenizer.path",
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?
-            }
-        };
-        let chat_template = match &tok.chat_template {
-            None => None,
-            Some(path) => Some(
-                ChatTemplate::from_path(path, tok.bos_token.clone(), tok.eos_token.clone())
-                    .map_err(|e| ConfigError::Tokenizer {
-                        key: "tokenizer.chat_template",
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?,
-            ),
-        };
-        Ok(Prompter::new(tokenizer, chat_template))
     }
 
     /// The node's actor-tree configuration. The router id is `node.router_id`, or a fresh

@@ -20,10 +20,12 @@
 //! default and meaning; a test keeps it equal to the defaults.
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
-//! validation, conversion to the node's `NodeConfig`), `engines.rs` (`[[engines]]`).
+//! validation, conversion to the node's `NodeConfig`), `tokenizer.rs` (`[tokenizer]`: its
+//! validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`).
 
 mod engines;
 mod load;
+mod tokenizer;
 
 pub use engines::{EngineRole, EngineSection};
 pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
@@ -189,6 +191,14 @@ pub enum TokenizerKind {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TokenizerSection {
+    /// The model directory the engines serve (relative to the config file's directory):
+    /// its `tokenizer.json`, and the chat template and special tokens of its
+    /// `tokenizer_config.json`, used as vLLM uses them (a completion's prompt gets the
+    /// tokenizer's special tokens, a rendered chat prompt none). Set, it decides the
+    /// tokenizer (`kind` and `encoding` are not read) and excludes `path`,
+    /// `chat_template`, `bos_token` and `eos_token`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<PathBuf>,
     pub kind: TokenizerKind,
     /// With `kind = "tiktoken"`: `o200k_base`, `cl100k_base`, `r50k_base` or `p50k_base`.
     pub encoding: TiktokenEncoding,
@@ -207,6 +217,10 @@ pub struct TokenizerSection {
     /// `eos_token` in the chat template (undefined when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eos_token: Option<String>,
+    /// Send a `/v1/completions` text prompt to the worker as the router's token ids
+    /// (`"prompt": [ids]`, a batch as one list per part), so the engine does not tokenize it
+    /// again. Only when the engines tokenize exactly as configured here (`model_dir`).
+    pub forward_token_ids: bool,
 }
 
 /// `[selection]`: router-core's `SelectionConfig`.

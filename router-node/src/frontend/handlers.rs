@@ -11,7 +11,7 @@ use super::AppState;
 use super::admit::{Class, admit, route_request};
 use super::classify::classify;
 use super::error::ApiError;
-use super::openai::{Endpoint, ParsedRequest};
+use super::openai::{Endpoint, ParsedRequest, PromptInput};
 use super::proxy::{BookingGuard, forward};
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -136,9 +136,18 @@ async fn prepare(
         .try_acquire_owned()
         .map_err(|_| ApiError::saturated(state.limits.max_concurrent_requests))?;
     let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
-    let request = state.prompter.parse(endpoint, &bytes)?;
+    let mut request = state.prompter.parse(endpoint, &bytes)?;
     drop(bytes);
-    let tokens = state.prompter.tokenize(request.prompt.clone()).await;
+    // Tokenized once: every leg and hop below uses these ids.
+    let prompt = std::mem::replace(&mut request.prompt, PromptInput::Tokens(Vec::new()));
+    // One text prompt may go upstream as its ids (a batch stays text: its ids are joined).
+    let forward_ids = state.forward_token_ids
+        && endpoint == Endpoint::Completions
+        && matches!(&prompt, PromptInput::Text(parts) if parts.len() == 1);
+    let tokens = state.prompter.tokenize_for(endpoint, prompt).await;
+    if forward_ids {
+        request.set_prompt_ids(&tokens);
+    }
     // Without classifiers the header already decided (`known`): nothing more to evaluate.
     let class = match known {
         Some(class) => class,

@@ -16,8 +16,11 @@
 //!
 //! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
 //! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
-//! `disagg/`, `error.rs`, `tokenizer.rs` (the [`Prompter`]: tokenizer and chat rendering),
-//! `chat_template.rs`.
+//! `disagg/`, `error.rs`, `prompter.rs` (the [`Prompter`]: tokenizer and chat rendering),
+//! `tokenizer.rs` (the [`Tokenizer`]), `huggingface.rs` (a `tokenizer.json`), `split.rs`
+//! (long text encoded in parallel pieces), `o200k.rs` (the default encoding without
+//! fancy-regex), `model_dir.rs` (a model directory's tokenizer and
+//! chat template), `chat_template.rs`.
 
 mod admit;
 mod assemble;
@@ -26,8 +29,13 @@ mod classify;
 mod disagg;
 mod error;
 mod handlers;
+mod huggingface;
+mod model_dir;
+mod o200k;
 mod openai;
+mod prompter;
 mod proxy;
+mod split;
 mod tokenizer;
 
 pub use crate::metrics::Metrics;
@@ -36,11 +44,13 @@ pub use classify::{ClassifierCounts, RuleCounts};
 pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
+pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
+pub use model_dir::ModelDirError;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
+pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
 pub use proxy::BookingGuard;
-pub use tokenizer::{
-    HuggingFaceTokenizer, Prompter, TiktokenEncoding, Tokenizer, TokenizerLoadError,
-};
+pub use split::{SPLIT_MIN_BYTES, pieces};
+pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -146,6 +156,9 @@ pub struct AppState {
     pub permits: Arc<Semaphore>,
     /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering).
     pub prompter: Prompter,
+    /// A completion's text prompt goes to the worker as the router's token ids
+    /// (`[tokenizer] forward_token_ids`; default off).
+    pub forward_token_ids: bool,
 }
 
 impl std::fmt::Debug for AppState {
@@ -182,6 +195,7 @@ impl AppState {
             ready,
             alive: watch::channel(true).1,
             prompter: Prompter::default(),
+            forward_token_ids: false,
         })
     }
 
@@ -207,6 +221,13 @@ impl AppState {
     /// Sets the tokenizer and chat rendering.
     pub fn with_prompter(mut self, prompter: Prompter) -> Self {
         self.prompter = prompter;
+        self
+    }
+
+    /// Sends a completion's text prompt to the worker as the router's token ids, so the
+    /// engine does not tokenize it again (the engine must tokenize as the prompter does).
+    pub fn with_forward_token_ids(mut self, on: bool) -> Self {
+        self.forward_token_ids = on;
         self
     }
 

@@ -117,6 +117,13 @@ impl ParsedRequest {
         })
     }
 
+    /// Replaces the body's `prompt` with token ids, which the worker then uses instead of
+    /// tokenizing the text again (vLLM's `/v1/completions` takes `prompt` as a list of ids).
+    pub fn set_prompt_ids(&mut self, ids: &[u32]) {
+        self.body
+            .insert("prompt".to_owned(), Value::from(ids.to_vec()));
+    }
+
     /// The body for the worker: the client's body with `stream: true` (the router must see
     /// the first token), serialized. A client that did not ask to stream gets one JSON answer
     /// with its `usage`, as from any OpenAI server: the stream is asked to end with it

@@ -191,8 +191,8 @@ async fn short_text_on_the_task_and_long_text_on_a_blocking_thread_tokenize_alik
     let bpe = tiktoken_rs::o200k_base_singleton();
     let short = "The quick brown fox jumps over the lazy dog. ".repeat(4);
     let long = short.repeat(16);
-    assert!(short.len() <= super::tokenizer::INLINE_TOKENIZE_MAX_BYTES);
-    assert!(long.len() > super::tokenizer::INLINE_TOKENIZE_MAX_BYTES);
+    assert!(short.len() <= super::INLINE_TOKENIZE_MAX_BYTES);
+    assert!(long.len() > super::INLINE_TOKENIZE_MAX_BYTES);
     for text in [short, long] {
         let parts = vec![text.clone(), "tail".to_owned()];
         let mut expected = bpe.encode_ordinary(&text);

@@ -1,30 +1,26 @@
-//! Tokenizers and the [`Prompter`]: how a request's text becomes the token ids the router
-//! hashes and counts.
+//! Tokenizers: how text becomes the token ids the router hashes and counts.
 //!
 //! A [`Tokenizer`] is tiktoken (one of the encodings built into tiktoken-rs; the default is
 //! `o200k_base`) or a HuggingFace `tokenizer.json` loaded from a file (offline: no hub).
-//! Either way text is plain: special-token strings such as `<|endoftext|>` are tokenized as
-//! ordinary text, and no special tokens (BOS, EOS) are added around it.
 //!
-//! A [`Prompter`] is a tokenizer plus the chat rendering: a [`ChatTemplate`] when one is
-//! configured, else the plain rendering of [`super::render_chat`]. The frontend and the
-//! simulated worker share one, so both hash the same tokens. [`Prompter::default`] is
-//! exactly the behaviour of [`super::tokenize`] and [`super::render_chat`].
+//! Special tokens: with tiktoken and with `kind = "huggingface"` text is plain: special-token
+//! strings such as `<|endoftext|>` are tokenized as ordinary text, and no special tokens (BOS,
+//! EOS) are added around it. A tokenizer loaded from a model directory
+//! ([`super::Prompter::from_model_dir`], `huggingface.rs`) tokenizes as vLLM does:
+//! special-token strings in the text are their special tokens, and [`Tokenizer::encode_with_specials`] (a
+//! completion's prompt) adds the tokenizer's own special tokens (its post-processor's, e.g.
+//! Llama's BOS) while [`Tokenizer::encode`] (a rendered chat prompt) adds none.
+//!
+//! Long text is cut at boundaries no pre-tokenizer piece crosses and the pieces are encoded
+//! in parallel (`split.rs`); the ids are the same as encoding the text whole. `o200k_base`
+//! runs its pre-tokenizer on the `regex` crate (`o200k.rs`), with tiktoken-rs's ids.
 
-use super::chat_template::ChatTemplate;
-use super::error::ApiError;
-use super::openai::{Endpoint, ParsedRequest, PromptInput, byte_pieces, render_chat};
+use super::huggingface::HuggingFaceTokenizer;
+use super::o200k;
+use super::openai::byte_pieces;
+use super::split;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use std::panic::AssertUnwindSafe;
-use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Text up to this many bytes (all parts together) is tokenized on the calling task once the
-/// tokenizer is built: that takes microseconds, less than handing the work to a blocking
-/// thread and waking the task again (a mutex, a condvar and two thread wake-ups).
-pub const INLINE_TOKENIZE_MAX_BYTES: usize = 1024;
 
 /// Per tiktoken encoding (by discriminant): built yet?
 static BUILT: [AtomicBool; 4] = [
@@ -59,11 +55,15 @@ impl TiktokenEncoding {
         }
     }
 
-    /// The process-wide encoder (built once, about a second in a debug build).
-    fn bpe(self) -> &'static tiktoken_rs::CoreBPE {
-        let bpe = self.build();
+    /// The ids of `text` (`o200k_base` through [`o200k`]'s faster pre-tokenizer). The first
+    /// call builds the process-wide encoder (about a second in a debug build).
+    fn encode(self, text: &str) -> Vec<u32> {
+        let ids = match (self, o200k_fast(self)) {
+            (_, Some(fast)) => fast.encode(text),
+            _ => self.build().encode_ordinary(text),
+        };
         BUILT[self as usize].store(true, Ordering::Release);
-        bpe
+        ids
     }
 
     /// Whether the encoder is built already (then encoding short text takes microseconds).
@@ -81,27 +81,12 @@ impl TiktokenEncoding {
     }
 }
 
-/// A HuggingFace tokenizer loaded from a `tokenizer.json`.
-#[derive(Clone)]
-pub struct HuggingFaceTokenizer {
-    path: Arc<Path>,
-    inner: Arc<tokenizers::Tokenizer>,
-}
-
-impl std::fmt::Debug for HuggingFaceTokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HuggingFaceTokenizer")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Why a tokenizer file could not be used.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct TokenizerLoadError(String);
+pub struct TokenizerLoadError(pub(super) String);
 
-/// Turns plain text into token ids.
+/// Turns text into token ids.
 #[derive(Debug, Clone)]
 pub enum Tokenizer {
     Tiktoken(TiktokenEncoding),
@@ -115,31 +100,64 @@ impl Default for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads a HuggingFace `tokenizer.json` (offline).
-    pub fn huggingface(path: &Path) -> Result<Self, TokenizerLoadError> {
-        let mut inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| TokenizerLoadError(e.to_string()))?;
-        // Special-token strings in the text are ordinary text, as with tiktoken.
-        inner.set_encode_special_tokens(true);
-        Ok(Self::HuggingFace(HuggingFaceTokenizer {
-            path: Arc::from(path),
-            inner: Arc::new(inner),
-        }))
+    /// Loads a HuggingFace `tokenizer.json` (offline); text is plain (no special tokens parsed
+    /// or added).
+    pub fn huggingface(path: &std::path::Path) -> Result<Self, TokenizerLoadError> {
+        HuggingFaceTokenizer::plain(path).map(Self::HuggingFace)
     }
 
-    /// The token ids of `text`, taken as plain text (no special tokens parsed or added).
-    /// Should the HuggingFace tokenizer fail on some text, the text is counted as 4-byte
-    /// pieces instead (same prefixes still give the same ids).
+    /// The token ids of `text` without special tokens added around it (a rendered chat
+    /// prompt, which carries its own). Long text is encoded in parallel pieces, with the
+    /// same result as [`Tokenizer::encode_whole`]. Should the HuggingFace tokenizer fail on
+    /// some text, the text is counted as 4-byte pieces instead (same prefixes still give the
+    /// same ids).
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_as(text, false)
+    }
+
+    /// The token ids of a completion's prompt: as [`Tokenizer::encode`], plus the special
+    /// tokens the tokenizer adds to a sequence (its post-processor's, e.g. a BOS) when it was
+    /// loaded from a model directory, as vLLM does for `/v1/completions`. Other tokenizers
+    /// add none.
+    pub fn encode_with_specials(&self, text: &str) -> Vec<u32> {
+        self.encode_as(text, true)
+    }
+
+    /// [`Tokenizer::encode`] in one piece on this thread (what the split is checked
+    /// against, and the benchmark's baseline).
+    pub fn encode_whole(&self, text: &str) -> Vec<u32> {
+        self.encode_piece(text)
+    }
+
+    fn encode_as(&self, text: &str, specials: bool) -> Vec<u32> {
+        let body = match self.splits_long_text() {
+            true => split::encode_parallel(text, |piece| self.encode_piece(piece)),
+            false => self.encode_piece(text),
+        };
+        match (self, specials) {
+            (Self::HuggingFace(hf), true) => hf.with_specials(body),
+            _ => body,
+        }
+    }
+
+    /// One piece, no special tokens added.
+    fn encode_piece(&self, text: &str) -> Vec<u32> {
         match self {
-            Self::Tiktoken(encoding) => encoding.bpe().encode_ordinary(text),
-            Self::HuggingFace(hf) => match hf.inner.encode(text, false) {
-                Ok(encoding) => encoding.get_ids().to_vec(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the tokenizer failed: counting bytes instead");
-                    byte_pieces(text).collect()
-                }
-            },
+            Self::Tiktoken(encoding) => encoding.encode(text),
+            Self::HuggingFace(hf) => hf.encode_plain(text).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the tokenizer failed: counting bytes instead");
+                byte_pieces(text).collect()
+            }),
+        }
+    }
+
+    /// Whether long text is cut at `split.rs`'s boundaries and encoded in parallel: always
+    /// for tiktoken (its patterns never put a space before a letter into the piece before
+    /// it); for a HuggingFace tokenizer when it was found to cut there (`huggingface.rs`).
+    pub fn splits_long_text(&self) -> bool {
+        match self {
+            Self::Tiktoken(_) => true,
+            Self::HuggingFace(hf) => hf.splittable(),
         }
     }
 
@@ -147,19 +165,19 @@ impl Tokenizer {
     pub fn describe(&self) -> String {
         match self {
             Self::Tiktoken(encoding) => format!("tiktoken {}", encoding.name()),
-            Self::HuggingFace(hf) => format!("huggingface {}", hf.path.display()),
+            Self::HuggingFace(hf) => hf.describe(),
         }
     }
 
     /// Builds anything built lazily (the tiktoken tables).
-    fn warm(&self) {
+    pub(super) fn warm(&self) {
         if let Self::Tiktoken(encoding) = self {
-            let _ = encoding.bpe();
+            let _ = encoding.encode("");
         }
     }
 
     /// Whether encoding is cheap now (a HuggingFace tokenizer is loaded with the config).
-    fn ready(&self) -> bool {
+    pub(super) fn ready(&self) -> bool {
         match self {
             Self::Tiktoken(encoding) => encoding.built(),
             Self::HuggingFace(_) => true,
@@ -167,85 +185,9 @@ impl Tokenizer {
     }
 }
 
-/// A tokenizer and a chat rendering. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct Prompter {
-    tokenizer: Tokenizer,
-    chat_template: Option<Arc<ChatTemplate>>,
-}
-
-impl Prompter {
-    pub fn new(tokenizer: Tokenizer, chat_template: Option<ChatTemplate>) -> Self {
-        Self {
-            tokenizer,
-            chat_template: chat_template.map(Arc::new),
-        }
-    }
-
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-
-    pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.chat_template.as_deref()
-    }
-
-    /// The chat prompt of `messages`: the chat template's rendering, or the plain one.
-    /// Errors (a 400) name `messages`.
-    pub fn render_chat(&self, messages: Option<&Value>) -> Result<String, ApiError> {
-        match &self.chat_template {
-            None => render_chat(messages),
-            Some(template) => template.render(messages),
-        }
-    }
-
-    /// Parses `bytes` as a request for `endpoint`, rendering chat messages with this
-    /// prompter.
-    pub fn parse(&self, endpoint: Endpoint, bytes: &[u8]) -> Result<ParsedRequest, ApiError> {
-        ParsedRequest::parse_with(endpoint, bytes, |messages| self.render_chat(messages))
-    }
-
-    /// The token ids of `text`.
-    pub fn encode(&self, text: &str) -> Vec<u32> {
-        self.tokenizer.encode(text)
-    }
-
-    /// The prompt's token ids: ids given in the body as they are; text tokenized (parts of a
-    /// batch one by one, concatenated) on the calling task when it is short
-    /// ([`INLINE_TOKENIZE_MAX_BYTES`]) and the tokenizer is built, else on a blocking thread.
-    /// If the tokenizer fails, the text is counted as 4-byte pieces instead.
-    pub async fn tokenize(&self, prompt: PromptInput) -> Vec<u32> {
-        match prompt {
-            PromptInput::Tokens(ids) => ids,
-            PromptInput::Text(parts) => {
-                let bytes: usize = parts.iter().map(String::len).sum();
-                let encode = |tokenizer: &Tokenizer, parts: &[String]| {
-                    parts
-                        .iter()
-                        .flat_map(|p| tokenizer.encode(p))
-                        .collect::<Vec<u32>>()
-                };
-                let encoded = if bytes <= INLINE_TOKENIZE_MAX_BYTES && self.tokenizer.ready() {
-                    std::panic::catch_unwind(AssertUnwindSafe(|| encode(&self.tokenizer, &parts)))
-                        .map_err(drop)
-                } else {
-                    let tokenizer = self.tokenizer.clone();
-                    let owned = parts.clone();
-                    tokio::task::spawn_blocking(move || encode(&tokenizer, &owned))
-                        .await
-                        .map_err(drop)
-                };
-                match encoded {
-                    Ok(ids) => ids,
-                    Err(()) => parts.iter().flat_map(|p| byte_pieces(p)).collect(),
-                }
-            }
-        }
-    }
-
-    /// Builds the tokenizer's tables on a blocking thread, so the first text request does
-    /// not pay for them.
-    pub async fn warm(self) {
-        let _ = tokio::task::spawn_blocking(move || self.tokenizer.warm()).await;
+fn o200k_fast(encoding: TiktokenEncoding) -> Option<&'static o200k::FastO200k> {
+    match encoding {
+        TiktokenEncoding::O200kBase => o200k::fast(),
+        _ => None,
     }
 }

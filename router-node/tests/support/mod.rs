@@ -197,6 +197,17 @@ pub async fn spawn_node_profiled(
     prompter: Prompter,
     profile: &str,
 ) -> Node {
+    spawn_node_tuned(workers, limits, prompter, profile, |state| state).await
+}
+
+/// [`spawn_node_profiled`] with the frontend's state changed by `tune` before serving.
+pub async fn spawn_node_tuned(
+    workers: &[&str],
+    limits: Limits,
+    prompter: Prompter,
+    profile: &str,
+    tune: impl FnOnce(AppState) -> AppState,
+) -> Node {
     let profile = PolicyProfile::from_toml_str(profile).unwrap();
     let clock = Clock::start();
     let args = RouterArgs {
@@ -235,6 +246,7 @@ pub async fn spawn_node_profiled(
     .unwrap()
     .with_models(["stand-in".to_owned()])
     .with_prompter(prompter);
+    let state = tune(state);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();

@@ -1,0 +1,232 @@
+//! A HuggingFace `tokenizer.json` (the `tokenizers` crate, offline), in one of two modes:
+//!
+//! - plain (`kind = "huggingface"`): special-token strings are ordinary text and nothing is
+//!   added around the text, as with tiktoken;
+//! - as the engine (`model_dir`): special-token strings are their special tokens, and a
+//!   completion's prompt gets the special tokens the tokenizer's post-processor adds (Llama:
+//!   a BOS before it), as `tokenizer(prompt)` does in vLLM; `add_bos_token` /
+//!   `add_eos_token` from `tokenizer_config.json` add or remove the BOS / EOS, as
+//!   transformers does.
+//!
+//! Truncation and padding in the file are ignored (vLLM's tokenizer does not apply them).
+//! Whether the text may be split for parallel encoding (`split.rs`) is decided at load: no
+//! normalizer other than NFC, no added token that holds whitespace or strips it on its
+//! right, and a probe text full of cut points tokenized cut and whole gives the same ids.
+
+use super::split;
+use super::tokenizer::TokenizerLoadError;
+use std::path::Path;
+use std::sync::Arc;
+use tokenizers::{Encoding, NormalizerWrapper, Token};
+
+/// A HuggingFace tokenizer loaded from a `tokenizer.json`. Cheap to clone.
+#[derive(Clone)]
+pub struct HuggingFaceTokenizer {
+    describe: Arc<str>,
+    inner: Arc<tokenizers::Tokenizer>,
+    /// As the engine: the ids added before and after a completion's prompt.
+    specials: Option<Arc<(Vec<u32>, Vec<u32>)>>,
+    splittable: bool,
+}
+
+impl std::fmt::Debug for HuggingFaceTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HuggingFaceTokenizer")
+            .field("describe", &self.describe)
+            .field("specials", &self.specials)
+            .field("splittable", &self.splittable)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The special-token settings of a model directory's `tokenizer_config.json`.
+#[derive(Debug, Clone, Default)]
+pub struct SpecialTokens {
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub add_bos_token: Option<bool>,
+    pub add_eos_token: Option<bool>,
+}
+
+impl HuggingFaceTokenizer {
+    /// Plain text: special-token strings are ordinary text; nothing is added.
+    pub(super) fn plain(path: &Path) -> Result<Self, TokenizerLoadError> {
+        let mut inner = load(path)?;
+        inner.set_encode_special_tokens(true);
+        Ok(Self::new(
+            format!("huggingface {}", path.display()),
+            inner,
+            None,
+        ))
+    }
+
+    /// As the engine serving a model directory (see the module docs). `special` names the
+    /// BOS / EOS and whether to add them; errors name what is wrong.
+    pub(super) fn engine(
+        path: &Path,
+        describe: String,
+        special: &SpecialTokens,
+    ) -> Result<Self, TokenizerLoadError> {
+        let inner = load(path)?;
+        let sentinel = Encoding::from_tokens(vec![Token::new(u32::MAX, String::new(), (0, 0))], 0);
+        let processed = inner
+            .post_process(sentinel, None, true)
+            .map_err(|e| TokenizerLoadError(format!("the post-processor fails: {e}")))?;
+        let ids = processed.get_ids();
+        let at = ids.iter().position(|&id| id == u32::MAX).ok_or_else(|| {
+            TokenizerLoadError("the post-processor drops the sequence".to_owned())
+        })?;
+        let (mut before, mut after) = (ids[..at].to_vec(), ids[at + 1..].to_vec());
+        let id_of = |key: &str, token: &Option<String>| {
+            let token = token.as_deref().ok_or_else(|| {
+                TokenizerLoadError(format!("add_{key} is true but {key} is not set"))
+            })?;
+            inner.token_to_id(token).ok_or_else(|| {
+                TokenizerLoadError(format!("{key} {token:?} is not in the vocabulary"))
+            })
+        };
+        match special.add_bos_token {
+            Some(true) => {
+                let bos = id_of("bos_token", &special.bos_token)?;
+                if before.first() != Some(&bos) {
+                    before.insert(0, bos);
+                }
+            }
+            Some(false) => {
+                if let Some(bos) = special
+                    .bos_token
+                    .as_deref()
+                    .and_then(|t| inner.token_to_id(t))
+                    && before.first() == Some(&bos)
+                {
+                    before.remove(0);
+                }
+            }
+            None => {}
+        }
+        match special.add_eos_token {
+            Some(true) => {
+                let eos = id_of("eos_token", &special.eos_token)?;
+                if after.last() != Some(&eos) {
+                    after.push(eos);
+                }
+            }
+            Some(false) => {
+                if let Some(eos) = special
+                    .eos_token
+                    .as_deref()
+                    .and_then(|t| inner.token_to_id(t))
+                    && after.last() == Some(&eos)
+                {
+                    after.pop();
+                }
+            }
+            None => {}
+        }
+        Ok(Self::new(describe, inner, Some(Arc::new((before, after)))))
+    }
+
+    fn new(
+        describe: String,
+        inner: tokenizers::Tokenizer,
+        specials: Option<Arc<(Vec<u32>, Vec<u32>)>>,
+    ) -> Self {
+        let splittable = splittable(&inner);
+        Self {
+            describe: Arc::from(describe),
+            inner: Arc::new(inner),
+            specials,
+            splittable,
+        }
+    }
+
+    /// The ids of `text`, nothing added.
+    pub(super) fn encode_plain(&self, text: &str) -> Result<Vec<u32>, tokenizers::Error> {
+        encode_plain(&self.inner, text)
+    }
+
+    /// `ids` with the special tokens added around a completion's prompt (none when plain).
+    pub(super) fn with_specials(&self, ids: Vec<u32>) -> Vec<u32> {
+        match self.specials.as_deref() {
+            None => ids,
+            Some((before, after)) if before.is_empty() && after.is_empty() => ids,
+            Some((before, after)) => {
+                let mut out = Vec::with_capacity(before.len() + ids.len() + after.len());
+                out.extend_from_slice(before);
+                out.extend(ids);
+                out.extend_from_slice(after);
+                out
+            }
+        }
+    }
+
+    pub(super) fn splittable(&self) -> bool {
+        self.splittable
+    }
+
+    pub(super) fn describe(&self) -> String {
+        self.describe.to_string()
+    }
+}
+
+fn load(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerLoadError> {
+    let mut inner =
+        tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerLoadError(e.to_string()))?;
+    inner
+        .with_truncation(None)
+        .map_err(|e| TokenizerLoadError(e.to_string()))?;
+    inner.with_padding(None);
+    Ok(inner)
+}
+
+fn encode_plain(inner: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, tokenizers::Error> {
+    Ok(inner.encode_fast(text, false)?.get_ids().to_vec())
+}
+
+/// Whether cutting text at [`split::is_cut`] boundaries keeps the ids (module docs).
+fn splittable(inner: &tokenizers::Tokenizer) -> bool {
+    let normalizer_ok = matches!(
+        inner.get_normalizer(),
+        None | Some(NormalizerWrapper::NFC(_))
+    );
+    let added_ok = inner
+        .get_added_tokens_decoder()
+        .values()
+        .all(|t| !t.rstrip && !t.content.contains(char::is_whitespace));
+    if !normalizer_ok || !added_ok {
+        return false;
+    }
+    let probe = probe_text();
+    let whole = encode_plain(inner, &probe);
+    let bytes = probe.as_bytes();
+    let mut cut = Vec::new();
+    let mut start = 0;
+    for i in 1..bytes.len() {
+        if split::is_cut(bytes, i) {
+            match encode_plain(inner, &probe[start..i]) {
+                Ok(ids) => cut.extend(ids),
+                Err(_) => return false,
+            }
+            start = i;
+        }
+    }
+    match (whole, encode_plain(inner, &probe[start..])) {
+        (Ok(whole), Ok(rest)) => {
+            cut.extend(rest);
+            whole == cut
+        }
+        _ => false,
+    }
+}
+
+/// Every visible ASCII character before a cut, in words, numbers, contractions, other
+/// scripts and whitespace runs.
+fn probe_text() -> String {
+    let mut text = String::new();
+    for c in (0x21u8..0x7f).map(char::from) {
+        text.push_str(&format!(
+            "{c} a{c} Bc {c}{c} x1{c} y\n\t{c}z  Q{c}'s t\u{e9}t\u{e9} \u{6771}\u{4eac} {c}. "
+        ));
+    }
+    text
+}
