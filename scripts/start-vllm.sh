@@ -82,7 +82,12 @@ RUN_DIR=$(cd "$RUN_DIR" && pwd)
 PID_FILE="$RUN_DIR/vllm-$PORT.pid"
 LOG_FILE="$RUN_DIR/vllm-$PORT.log"
 
-if [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+# Alive: signalable and not a zombie (a killed engine whose parent has not reaped it yet).
+alive() {
+  kill -0 "$1" 2>/dev/null && ! ps -o stat= -p "$1" 2>/dev/null | grep -q '^Z'
+}
+
+if [ -f "$PID_FILE" ] && alive "$(cat "$PID_FILE")"; then
   die "an engine started here already runs on port $PORT (pid $(cat "$PID_FILE")); stop it with scripts/stop-vllm.sh $PID_FILE"
 fi
 

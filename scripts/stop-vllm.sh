@@ -7,6 +7,13 @@ set -euo pipefail
 
 [ "$#" -ge 1 ] || { echo "usage: scripts/stop-vllm.sh PID_FILE..." >&2; exit 1; }
 
+# Whether any process of session $1 (start-vllm.sh runs each engine in its own session, whose id
+# is its process group id) is still running (zombies, which this machine's init may
+# never reap, do not count).
+group_alive() {
+  ps -o stat= -s "$1" 2>/dev/null | grep -qv "^Z"
+}
+
 status=0
 for pid_file in "$@"; do
   if [ ! -f "$pid_file" ]; then
@@ -20,12 +27,12 @@ for pid_file in "$@"; do
     status=1
     continue
   fi
-  if kill -TERM -- "-$pid" 2>/dev/null; then
+  if group_alive "$pid" && kill -TERM -- "-$pid" 2>/dev/null; then
     for _ in $(seq 1 40); do
-      kill -0 -- "-$pid" 2>/dev/null || break
+      group_alive "$pid" || break
       sleep 0.5
     done
-    if kill -0 -- "-$pid" 2>/dev/null; then
+    if group_alive "$pid"; then
       echo "stop-vllm: process group $pid ignored SIGTERM for 20 s; sending SIGKILL" >&2
       kill -KILL -- "-$pid" 2>/dev/null || true
     fi

@@ -9,6 +9,9 @@ use std::time::Duration;
 pub enum ProbeError {
     #[error("{url}: {message}")]
     Http { url: String, message: String },
+    /// No answer within the probe's timeout: the engine may only be busy.
+    #[error("{url}: no answer within the probe timeout")]
+    Timeout { url: String },
     #[error("{url}: HTTP {status}")]
     Status { url: String, status: u16 },
     #[error("{url}: no KV capacity in the answer ({what})")]
@@ -51,9 +54,15 @@ impl Probe {
 
     async fn get(&self, path: &str) -> Result<bytes::Bytes, ProbeError> {
         let url = format!("{}{path}", self.base);
-        let http = |e: reqwest::Error| ProbeError::Http {
-            url: url.clone(),
-            message: e.to_string(),
+        let http = |e: reqwest::Error| {
+            if e.is_timeout() {
+                ProbeError::Timeout { url: url.clone() }
+            } else {
+                ProbeError::Http {
+                    url: url.clone(),
+                    message: e.to_string(),
+                }
+            }
         };
         let response = self.client.get(&url).send().await.map_err(http)?;
         let status = response.status();
@@ -66,9 +75,9 @@ impl Probe {
         response.bytes().await.map_err(http)
     }
 
-    /// Whether `GET /health` answers 2xx in time.
-    pub async fn healthy(&self) -> bool {
-        self.get("/health").await.is_ok()
+    /// `GET /health` answered 2xx in time, or why not.
+    pub async fn health(&self) -> Result<(), ProbeError> {
+        self.get("/health").await.map(drop)
     }
 
     /// One `/metrics` scrape, read.

@@ -4,8 +4,8 @@
 //!   again. Nothing is announced.
 //! - **Serving**: the engine answered; its capacity was read from it and announced (a
 //!   [`WorkerLink`](router_actors::worker_link::WorkerLink) heart-beating on the bus), its KV
-//!   event subscriber runs and every poll relays its load. Two polls in a row without an
-//!   answer from `/health` make the link leave the fleet (a `leaving` announcement: routers
+//!   event subscriber runs and every poll relays its load. Three failed health checks in a row
+//!   (refused, or an error status; fifteen that only time out) make the link leave the fleet (a `leaving` announcement: routers
 //!   drop the worker, its bookings and its index entries at once) and go back to waiting;
 //!   when the engine answers again it joins as a new incarnation (a new sender id), so
 //!   routers start it with an empty cache, as the restarted engine is.
@@ -55,7 +55,8 @@ pub struct EngineLinkConfig {
     pub loras: Vec<String>,
     /// How often the engine is probed (health, load) and the worker announced.
     pub poll_every: Duration,
-    /// Polls without an answer before the engine leaves the fleet.
+    /// Failed health checks in a row (refused, or an error status) before the engine leaves
+    /// the fleet; checks that only time out count a fifth each (a busy engine answers late).
     pub down_after: u32,
     /// Routers drop the worker after this long without an announcement.
     pub lease: Duration,
@@ -66,8 +67,9 @@ pub struct EngineLinkConfig {
 }
 
 impl EngineLinkConfig {
-    /// A link to a `kind` engine at `url` with the defaults: a 1 s poll, out after 2 missed
-    /// polls, a 5 s lease, 1 s probes and replays, topic `kv-events`, worker id from the URL.
+    /// A link to a `kind` engine at `url` with the defaults: a 1 s poll, out after 3 missed
+    /// health checks in a row, a 5 s lease, 2 s probes (a busy engine answers slowly), 2 s
+    /// replays, topic `kv-events`, worker id from the URL.
     pub fn new(kind: EngineKind, url: impl Into<String>, pool: PoolRole) -> Self {
         let url = url.into().trim_end_matches('/').to_owned();
         Self {
@@ -82,10 +84,10 @@ impl EngineLinkConfig {
             max_num_batched_tokens: None,
             loras: Vec::new(),
             poll_every: Duration::from_secs(1),
-            down_after: 2,
+            down_after: 3,
             lease: Duration::from_secs(5),
-            probe_timeout: Duration::from_secs(1),
-            replay_timeout: Duration::from_secs(1),
+            probe_timeout: Duration::from_secs(2),
+            replay_timeout: Duration::from_secs(2),
         }
     }
 }

@@ -18,6 +18,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// How many timed-out health checks weigh as one refused one.
+const SLOW_MISSES: u32 = 5;
+
 /// What one probe of the engine found.
 #[derive(Debug)]
 pub enum Probed {
@@ -25,8 +28,11 @@ pub enum Probed {
     Capacity(Capacity, EngineReport),
     /// The engine answers; its load (asked while joined).
     Load(EngineReport),
-    /// No answer, an error status or an unreadable answer.
-    NoAnswer(String),
+    /// It answered `/health` but its load could not be read (counted, not a miss).
+    NoLoad(String),
+    /// No answer in time (`slow`), or a refused connection, an error status, an unreadable
+    /// answer.
+    NoAnswer { slow: bool, error: String },
 }
 
 /// Where the link stands with its engine.
@@ -174,17 +180,24 @@ impl LinkState {
         let joined = self.joined.is_some();
         let myself = myself.clone();
         tokio::spawn(async move {
-            let outcome = if !probe.healthy().await {
-                Probed::NoAnswer(format!("{}/health: no answer", probe.base()))
+            let outcome = if let Err(e) = probe.health().await {
+                Probed::NoAnswer {
+                    slow: matches!(e, crate::probe::ProbeError::Timeout { .. }),
+                    error: e.to_string(),
+                }
             } else if joined {
                 match probe.report().await {
                     Ok(report) => Probed::Load(report),
-                    Err(e) => Probed::NoAnswer(e.to_string()),
+                    // It answers its health check: slow metrics are no reason to leave.
+                    Err(e) => Probed::NoLoad(e.to_string()),
                 }
             } else {
                 match probe.capacity().await {
                     Ok((capacity, report)) => Probed::Capacity(capacity, report),
-                    Err(e) => Probed::NoAnswer(e.to_string()),
+                    Err(e) => Probed::NoAnswer {
+                        slow: false,
+                        error: e.to_string(),
+                    },
                 }
             };
             let _ = myself.cast(LinkMsg::Probed(outcome));
@@ -200,15 +213,25 @@ impl LinkState {
                 self.join(capacity, report, myself).await;
             }
             Probed::Load(report) if self.joined.is_some() => self.relay_load(report).await,
-            Probed::NoAnswer(error) => {
+            Probed::NoLoad(error) => {
+                self.counters.probe_failures += 1;
+                self.error(error);
+                if let Some(joined) = self.joined.as_mut() {
+                    joined.missed = 0;
+                }
+            }
+            Probed::NoAnswer { slow, error } => {
                 self.counters.probe_failures += 1;
                 self.error(error);
                 let Some(joined) = self.joined.as_mut() else {
                     return;
                 };
-                joined.missed += 1;
+                // A refused connection or an error status says the engine is not serving; a
+                // health check that only timed out may be an engine busy streaming: it must
+                // stay silent for longer before it is taken out.
+                joined.missed += if slow { 1 } else { SLOW_MISSES };
                 let missed = joined.missed;
-                if missed >= self.config.down_after.max(1) {
+                if missed >= self.config.down_after.max(1) * SLOW_MISSES {
                     tracing::warn!(engine = %self.config.url, missed, "engine stopped answering: it leaves the fleet");
                     self.leave().await;
                 }

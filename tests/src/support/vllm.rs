@@ -137,6 +137,16 @@ impl VllmEngine {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{pgid}")])
             .status();
+        // Dead once gone or a zombie (this machine's init may not reap it); its sockets are
+        // closed either way, so the engine can start again on the same ports.
+        let stat = format!("/proc/{pgid}/stat");
+        for _ in 0..100 {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     /// Starts the engine again on the same ports.
