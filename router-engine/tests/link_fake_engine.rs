@@ -106,6 +106,25 @@ async fn publish(socket: &mut PubSocket, seq: u64, payload: Vec<u8>) {
     socket.send(message).await.expect("publish");
 }
 
+/// Publishes batch `seq` until the index holds `blocks` blocks: a ZMQ subscriber misses what
+/// was sent before it connected (later copies are duplicates, which the link drops).
+async fn publish_until_indexed(
+    f: &mut Fixture,
+    seq: u64,
+    payload: Vec<u8>,
+    blocks: u64,
+    what: &str,
+) {
+    for _ in 0..200 {
+        publish(&mut f.zmq, seq, payload.clone()).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if index_blocks(f).await.0 == blocks {
+            return;
+        }
+    }
+    panic!("not indexed: {what}");
+}
+
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -217,19 +236,16 @@ async fn an_engine_joins_relays_events_and_load_and_leaves_when_it_stops_answeri
     })
     .await;
 
-    // Events: a ZMQ subscriber misses what was sent before it connected, so batch 0 is
-    // re-sent until it lands (later copies are duplicates, dropped by the link).
+    // Events.
     let tokens: Vec<u32> = (0..12).collect();
-    let mut landed = false;
-    for _ in 0..200 {
-        publish(&mut f.zmq, 0, stored_batch(1000, &tokens)).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if index_blocks(&f).await.0 == 3 {
-            landed = true;
-            break;
-        }
-    }
-    assert!(landed, "3 blocks indexed");
+    publish_until_indexed(
+        &mut f,
+        0,
+        stored_batch(1000, &tokens),
+        3,
+        "3 blocks indexed",
+    )
+    .await;
 
     // A lost batch (seq 1 never sent) without a replay service: the engine's entries are
     // cleared, then the new batch applied.
@@ -337,16 +353,14 @@ async fn a_lost_batch_is_replayed_from_the_engine_not_cleared() {
     let mut f = start_with(BLOCK, Some(replay)).await;
     eventually("the engine joins", || async { workers(&f).await == 1 }).await;
     let tokens: Vec<u32> = (0..12).collect();
-    let mut landed = false;
-    for _ in 0..200 {
-        publish(&mut f.zmq, 0, stored_batch(1000, &tokens)).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if index_blocks(&f).await.0 == 3 {
-            landed = true;
-            break;
-        }
-    }
-    assert!(landed, "3 blocks indexed");
+    publish_until_indexed(
+        &mut f,
+        0,
+        stored_batch(1000, &tokens),
+        3,
+        "3 blocks indexed",
+    )
+    .await;
     // Batch 1 is never published live: the link fetches it before applying batch 2.
     publish(
         &mut f.zmq,
@@ -374,16 +388,14 @@ async fn batches_published_before_the_link_listened_are_caught_up_by_replay() {
     let mut f = start_with(BLOCK, Some(replay)).await;
     eventually("the engine joins", || async { workers(&f).await == 1 }).await;
     let tokens: Vec<u32> = (0..12).collect();
-    let mut landed = false;
-    for _ in 0..200 {
-        publish(&mut f.zmq, 1, stored_batch(1000, &tokens)).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if index_blocks(&f).await.0 == 5 {
-            landed = true;
-            break;
-        }
-    }
-    assert!(landed, "2 caught-up blocks + 3 new ones indexed");
+    publish_until_indexed(
+        &mut f,
+        1,
+        stored_batch(1000, &tokens),
+        5,
+        "2 caught-up blocks + 3 new ones indexed",
+    )
+    .await;
     let counters = link_state(&f).await.counters;
     assert_eq!(
         (counters.catch_ups, counters.replayed, counters.cleared),

@@ -6,6 +6,8 @@
 //! it hashes a request's prompt, and sends it beside the engine's hash; the index keeps the
 //! mapping, so a later `BlockRemoved` naming only the engine's hash finds the right blocks.
 //!
+//! Consecutive removals of one batch are merged into one event (vLLM sends one per block).
+//!
 //! Refused, counted and skipped (never half-applied): a stored event whose block size is not
 //! the engine's, whose tokens do not fill its blocks exactly, or that belongs to another KV
 //! cache group than the first; unknown event types.
@@ -139,6 +141,16 @@ impl Translator {
                         continue;
                     }
                     out.blocks += hashes.len() as u64;
+                    // vLLM sends one removal per block: consecutive ones travel and apply as
+                    // one event (the order of removals among themselves does not matter).
+                    if let Some(KvEvent {
+                        data: KvEventData::Removed { hashes: last },
+                        ..
+                    }) = out.events.last_mut()
+                    {
+                        last.extend(hashes);
+                        continue;
+                    }
                     KvEventData::Removed { hashes }
                 }
                 EngineEvent::Cleared => KvEventData::Cleared,
