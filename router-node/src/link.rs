@@ -88,13 +88,7 @@ impl LinkArgs {
             RoleArg::Decode => EngineRole::Decode,
         };
         let scheme = |flag: &str, value: &str, schemes: &[&str]| {
-            let ok = schemes.iter().any(|s| {
-                value
-                    .strip_prefix(s)
-                    .and_then(|r| r.strip_prefix("://"))
-                    .is_some_and(|r| !r.is_empty())
-            });
-            if ok {
+            if router_engine::has_scheme(value, schemes) {
                 Ok(())
             } else {
                 Err(format!(

@@ -92,6 +92,17 @@ impl EngineLinkConfig {
     }
 }
 
+/// Whether `value` is `<scheme>://<something>` for one of `schemes` (`http`, `tcp`, ...): the
+/// shape of an engine's URL and of its ZMQ endpoints.
+pub fn has_scheme(value: &str, schemes: &[&str]) -> bool {
+    schemes.iter().any(|s| {
+        value
+            .strip_prefix(s)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .is_some_and(|rest| !rest.is_empty())
+    })
+}
+
 /// A worker id that every router and every link derive alike from the engine's URL, so a
 /// sidecar restarted or run twice names the same worker.
 pub fn worker_id_for(url: &str) -> WorkerId {

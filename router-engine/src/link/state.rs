@@ -367,78 +367,75 @@ impl LinkState {
             self.counters.not_serving += 1;
             return;
         };
-        let mut batches = Vec::with_capacity(1);
         // The first batch heard since joining: a subscription only hears what is published
         // after it connected, so an engine that published before (it served requests while
         // the link was connecting, or before this link started) has batches this link never
-        // saw. Catch up from the engine's replay buffer when there is one.
-        let first = joined.seq.expected().is_none();
-        if first && seq > 0 && self.config.replay.is_some() {
-            joined.seq.observe(seq);
+        // saw. They are caught up from the replay buffer when there is one; when it no longer
+        // starts at 0 (a long-lived engine) what the engine cached before stays unknown, and
+        // nothing of it is in the index to go stale.
+        let catch_up = joined.seq.expected().is_none() && seq > 0 && self.config.replay.is_some();
+        let step = joined.seq.observe(seq);
+        let mut events = Vec::new();
+        if catch_up {
             self.counters.catch_ups += 1;
-            if let Some(endpoint) = &self.config.replay {
-                match replay(endpoint, 0, seq - 1, self.config.replay_timeout).await {
-                    Ok(missed) => {
-                        self.counters.replayed += missed.len() as u64;
-                        for (_, payload) in missed {
-                            batches.push(self.translate(&payload));
-                        }
-                    }
-                    // The buffer no longer starts at 0 (a long-lived engine): what it cached
-                    // before is unknown, and nothing of it is in the index to go stale.
-                    Err(e) => self.error(e),
+            if let Ok(missed) = self.replayed(0, seq - 1).await {
+                events = missed;
+            }
+        } else {
+            match step {
+                SeqStep::InOrder => {}
+                SeqStep::Duplicate => {
+                    self.counters.duplicates += 1;
+                    return;
                 }
-            }
-            batches.push(self.translate(&payload));
-            self.publish(batches.concat()).await;
-            return;
-        }
-        match joined.seq.observe(seq) {
-            SeqStep::InOrder => {}
-            SeqStep::Duplicate => {
-                self.counters.duplicates += 1;
-                return;
-            }
-            SeqStep::Restarted => {
-                self.counters.restarts += 1;
-                self.counters.cleared += 1;
-                let ranks = joined.ranks;
-                let cleared = joined.translator.cleared(0..ranks);
-                batches.push(cleared);
-            }
-            SeqStep::Gap { from, to } => {
-                self.counters.gaps += 1;
-                let replayed = match &self.config.replay {
-                    Some(endpoint) => replay(endpoint, from, to, self.config.replay_timeout).await,
-                    None => Err(crate::zmq::ZmqError::Socket {
-                        endpoint: String::new(),
-                        message: "no replay endpoint".to_owned(),
-                    }),
-                };
-                match replayed {
-                    Ok(missed) => {
-                        self.counters.replayed += missed.len() as u64;
-                        for (_, payload) in missed {
-                            batches.push(self.translate(&payload));
-                        }
-                    }
-                    Err(e) => {
-                        if self.config.replay.is_some() {
-                            self.error(e);
-                        }
-                        // What the lost batches said is unknown: forget everything this
-                        // engine holds rather than keep matching blocks it may have evicted.
-                        self.counters.cleared += 1;
-                        if let Some(joined) = self.joined.as_mut() {
-                            let ranks = joined.ranks;
-                            batches.push(joined.translator.cleared(0..ranks));
-                        }
-                    }
+                SeqStep::Restarted => {
+                    self.counters.restarts += 1;
+                    events = self.cleared();
+                }
+                SeqStep::Gap { from, to } => {
+                    self.counters.gaps += 1;
+                    // Without the lost batches, what they said is unknown: forget everything
+                    // this engine holds rather than keep matching blocks it may have evicted.
+                    events = match self.replayed(from, to).await {
+                        Ok(missed) => missed,
+                        Err(()) => self.cleared(),
+                    };
                 }
             }
         }
-        batches.push(self.translate(&payload));
-        self.publish(batches.concat()).await;
+        events.extend(self.translate(&payload));
+        self.publish(events).await;
+    }
+
+    /// Batches `from ..= to` fetched from the engine's replay service and translated, in
+    /// order; `Err` when there is no replay service or it does not have them all.
+    async fn replayed(&mut self, from: u64, to: u64) -> Result<Vec<KvEvent>, ()> {
+        let Some(endpoint) = self.config.replay.clone() else {
+            return Err(());
+        };
+        match replay(&endpoint, from, to, self.config.replay_timeout).await {
+            Ok(missed) => {
+                self.counters.replayed += missed.len() as u64;
+                Ok(missed
+                    .iter()
+                    .flat_map(|(_, payload)| self.translate(payload))
+                    .collect())
+            }
+            Err(e) => {
+                self.error(e);
+                Err(())
+            }
+        }
+    }
+
+    /// `Cleared` for every rank of the engine (counted).
+    fn cleared(&mut self) -> Vec<KvEvent> {
+        let Some(joined) = self.joined.as_mut() else {
+            return Vec::new();
+        };
+        self.counters.cleared += 1;
+        let ranks = joined.ranks;
+        joined.translator.cleared(0..ranks)
     }
 
     fn translate(&mut self, payload: &[u8]) -> Vec<KvEvent> {

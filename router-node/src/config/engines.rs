@@ -88,13 +88,7 @@ fn default_lease_ms() -> u64 {
 
 /// Checks one URL's scheme; `key` names it in the error.
 fn check_scheme(key: &str, value: &str, schemes: &[&str]) -> Result<(), ConfigError> {
-    let ok = schemes.iter().any(|s| {
-        value
-            .strip_prefix(s)
-            .and_then(|rest| rest.strip_prefix("://"))
-            .is_some_and(|rest| !rest.is_empty())
-    });
-    if ok {
+    if router_engine::has_scheme(value, schemes) {
         Ok(())
     } else {
         Err(ConfigError::invalid(

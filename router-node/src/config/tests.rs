@@ -313,3 +313,51 @@ fn the_disagg_convention_is_vllm_or_sglang_and_sglang_needs_the_disaggregated_to
     let err = parse("[disagg]\nconvention = \"tgi\"\n").unwrap_err();
     assert!(err.to_string().contains("tgi"), "{err}");
 }
+
+#[test]
+fn engines_are_read_and_bad_entries_name_their_key() {
+    let ok = parse(
+        "[[engines]]\nkind = \"vllm\"\nurl = \"http://10.0.0.5:8000/\"\nkv_events = \"tcp://10.0.0.5:5557\"\n\
+         [[engines]]\nkind = \"sglang\"\nurl = \"http://10.0.0.6:30000\"\nid = 7\n",
+    )
+    .unwrap();
+    assert_eq!(ok.engines.len(), 2);
+    let link = ok.engines[0].link_config(ok.node.block_size);
+    assert_eq!(link.url, "http://10.0.0.5:8000", "trailing slash dropped");
+    assert_eq!(link.kv_events.as_deref(), Some("tcp://10.0.0.5:5557"));
+    assert_eq!(link.expected_block_size, Some(16));
+    assert_eq!(
+        ok.engines[0].link_config(16).worker,
+        router_engine::link::worker_id_for("http://10.0.0.5:8000"),
+        "the same id a `router-node link` sidecar derives"
+    );
+    assert_eq!(
+        ok.engines[1].link_config(16).worker,
+        router_core::WorkerId(7)
+    );
+
+    let cases = [
+        (
+            "[[engines]]\nkind = \"vllm\"\nurl = \"10.0.0.5:8000\"\n",
+            "engines[0].url",
+        ),
+        (
+            "[[engines]]\nkind = \"vllm\"\nurl = \"http://a:1\"\nkv_events = \"http://a:5557\"\n",
+            "engines[0].kv_events",
+        ),
+        (
+            "[[engines]]\nkind = \"vllm\"\nurl = \"http://a:1\"\n[[engines]]\nkind = \"vllm\"\nurl = \"http://b:1\"\nrole = \"prefill\"\n",
+            "engines[1].role",
+        ),
+        (
+            "[[engines]]\nkind = \"vllm\"\nurl = \"http://a:1\"\npoll_ms = 1000\nlease_ms = 500\n",
+            "engines[0].lease_ms",
+        ),
+    ];
+    for (text, key) in cases {
+        let error = parse(text).unwrap_err();
+        assert_eq!(error.key(), Some(key), "{error}");
+    }
+    let unknown = parse("[[engines]]\nkind = \"tgi\"\nurl = \"http://a:1\"\n").unwrap_err();
+    assert!(unknown.to_string().contains("tgi"), "{unknown}");
+}
