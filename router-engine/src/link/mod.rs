@@ -14,11 +14,13 @@
 //!   values; the link keeps polling, in case the engine is restarted with the right one.
 //!
 //! Files: `mod.rs` (config, args, messages, the actor, its handle and supervisor child),
-//! `state.rs` (what each message does).
+//! `state.rs` (what each message does), `observe.rs` (phase, counters, snapshot).
 
+mod observe;
 mod state;
 
-pub use state::{EngineLinkSnapshot, LinkCounters, LinkPhase, LinkState, Probed};
+pub use observe::{EngineLinkSnapshot, LinkCounters, LinkPhase};
+pub use state::{LinkState, Probed};
 
 use crate::load::EngineKind;
 use bytes::Bytes;

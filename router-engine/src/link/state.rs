@@ -2,9 +2,10 @@
 //! answers, relaying its KV events (sequence checks, replay or clear on a gap) and its load,
 //! leaving when it stops answering.
 
+use super::observe::{EngineLinkSnapshot, LinkCounters, LinkPhase};
 use super::{EngineLinkArgs, EngineLinkConfig, LinkMsg};
 use crate::events::{SeqCheck, SeqStep, Skipped, Translator, decode_batch};
-use crate::load::{Capacity, EngineReport, RankLoad};
+use crate::load::{Capacity, EngineReport};
 use crate::probe::Probe;
 use crate::zmq::{replay, spawn_subscriber};
 use bytes::Bytes;
@@ -13,9 +14,7 @@ use router_actors::bus::Bus;
 use router_actors::supervisor::OwnedTasks;
 use router_actors::wire::{Subjects, WorkerAnnounce, WorkerLoad};
 use router_actors::worker_link::WorkerLink;
-use router_core::{KvEvent, WorkerId, WorkerSpec};
-use serde::Serialize;
-use std::collections::BTreeMap;
+use router_core::{KvEvent, WorkerSpec};
 use std::sync::Arc;
 
 /// How many timed-out health checks weigh as one refused one.
@@ -33,67 +32,6 @@ pub enum Probed {
     /// No answer in time (`slow`), or a refused connection, an error status, an unreadable
     /// answer.
     NoAnswer { slow: bool, error: String },
-}
-
-/// Where the link stands with its engine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "phase")]
-pub enum LinkPhase {
-    /// The engine has not answered (yet, or since it went down).
-    Waiting,
-    /// Announced; events and load relayed.
-    Serving,
-    /// The engine answers but cannot join: `reason` says why.
-    Refused { reason: String },
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct LinkCounters {
-    pub polls: u64,
-    /// Probes that failed (no answer, an error status, unreadable capacity).
-    pub probe_failures: u64,
-    pub joins: u64,
-    pub leaves: u64,
-    /// Publisher messages relayed (decoded, translated, published).
-    pub batches: u64,
-    pub events: u64,
-    /// Blocks stored plus removed, relayed.
-    pub blocks: u64,
-    /// Payloads that could not be decoded, and messages that were not three frames.
-    pub undecodable: u64,
-    /// Messages that arrived while not serving (dropped).
-    pub not_serving: u64,
-    pub gaps: u64,
-    /// Lost batches filled from the engine's replay service.
-    pub replayed: u64,
-    /// Times the engine's entries were cleared because lost batches could not be replayed,
-    /// or because the engine restarted.
-    pub cleared: u64,
-    pub restarts: u64,
-    pub duplicates: u64,
-    /// First batches heard after joining that did not start at 0, caught up by replay.
-    pub catch_ups: u64,
-    pub subscriber_failures: u64,
-    /// Publishes to the bus that failed.
-    pub publish_failures: u64,
-}
-
-/// What `/debug/state` shows of one link.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EngineLinkSnapshot {
-    pub kind: &'static str,
-    pub url: String,
-    pub kv_events: Option<String>,
-    pub worker: WorkerId,
-    pub pool: router_core::PoolRole,
-    #[serde(flatten)]
-    pub phase: LinkPhase,
-    pub capacity: Option<Capacity>,
-    /// The engine's own load by data-parallel rank, from the last scrape.
-    pub load: BTreeMap<u32, RankLoad>,
-    pub counters: LinkCounters,
-    pub skipped: Skipped,
-    pub last_error: Option<String>,
 }
 
 /// An engine the link has announced.
