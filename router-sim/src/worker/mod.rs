@@ -107,7 +107,7 @@ pub use prompt::{BadRequest, PromptReader, PromptRequest, Route, TokenIds};
 use crate::engine::{Engine, EngineConfig, Role, SeqRequest};
 use router_actors::WorkerLink;
 use router_actors::bus::Bus;
-use router_actors::wire::{Outbox, Subjects, WorkerAnnounce, WorkerLoad};
+use router_actors::wire::{Subjects, WorkerAnnounce, WorkerLoad};
 use router_actors::worker_link::LinkError;
 use router_core::{PoolRole, WorkerId, WorkerSpec};
 use std::net::SocketAddr;
@@ -305,13 +305,7 @@ impl SimWorker {
         let link =
             Arc::new(WorkerLink::start(bus.clone(), &subjects, announce, cfg.heartbeat).await?);
         let (handle, engine_task) = engine_task::spawn(engine, Some(link.clone()), cfg.instant);
-        let load_task = tokio::spawn(publish_load(
-            bus,
-            subjects,
-            link.sender(),
-            cfg.clone(),
-            handle.clone(),
-        ));
+        let load_task = tokio::spawn(publish_load(link.clone(), cfg.clone(), handle.clone()));
         let warm = cfg.prompts.warm();
         let state = http::WorkerState::new(handle.clone(), cfg, host, addr.port(), http_client);
         let (tx, rx) = oneshot::channel::<()>();
@@ -404,16 +398,9 @@ impl Drop for SimWorker {
     }
 }
 
-/// Publishes the engine's load on `workers.<pool>.load` every heartbeat period.
-async fn publish_load(
-    bus: Arc<dyn Bus>,
-    subjects: Subjects,
-    sender: uuid::Uuid,
-    cfg: SimConfig,
-    engine: EngineHandle,
-) {
-    let subject = subjects.load(cfg.pool());
-    let mut outbox = Outbox::new(subjects.cluster(), sender);
+/// Publishes the engine's load on `workers.<pool>.load` every heartbeat period, through the
+/// worker's link (its sender id and sequence).
+async fn publish_load(link: Arc<WorkerLink>, cfg: SimConfig, engine: EngineHandle) {
     let mut ticks = tokio::time::interval(cfg.heartbeat);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -428,13 +415,8 @@ async fn publish_load(
             waiting: load.engine.waiting as u64,
             running: load.engine.running as u64,
         };
-        match outbox.seal(&subject, &body) {
-            Ok(payload) => {
-                if let Err(e) = bus.publish(subject.clone(), payload).await {
-                    tracing::debug!(error = %e, "could not publish the worker's load");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not encode the worker's load"),
+        if let Err(e) = link.publish_load(&body).await {
+            tracing::debug!(error = %e, "could not publish the worker's load");
         }
     }
 }
