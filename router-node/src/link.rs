@@ -153,6 +153,8 @@ pub fn run(args: &LinkArgs) -> ExitCode {
 }
 
 async fn serve(args: &LinkArgs, config: EngineLinkConfig) -> Result<(), String> {
+    // Signal handlers first: a SIGTERM during start-up stops the link cleanly.
+    let stop = crate::serve::shutdown_signal();
     // Logs as `serve` writes them by default (RUST_LOG filters).
     let _telemetry = crate::telemetry::init(&crate::config::TelemetrySection::default())
         .map_err(|e| e.to_string())?;
@@ -179,7 +181,7 @@ async fn serve(args: &LinkArgs, config: EngineLinkConfig) -> Result<(), String> 
         args.cluster,
         crate::serve::redact_url(&args.nats),
     );
-    crate::serve::shutdown_signal().await;
+    stop.await;
     link.stop().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), bus.flush()).await;
     Ok(())

@@ -364,27 +364,38 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     serve_with_bus(config, listener, bus, shutdown_signal()).await
 }
 
-/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: a SIGTERM that arrives while the node is still
+/// starting (after it said it serves, before it awaits this) stops it cleanly instead of
+/// killing it. Call it inside the runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async fn received(signal: Option<Signal>) {
+            match signal {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => futures::future::pending::<()>().await,
+            }
+        }
+        async move {
+            tokio::select! {
+                () = received(interrupt) => tracing::info!("SIGINT received"),
+                () = received(terminate) => tracing::info!("SIGTERM received"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("Ctrl-C received");
+        } else {
             futures::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => futures::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = futures::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => tracing::info!("SIGINT received"),
-        () = terminate => tracing::info!("SIGTERM received"),
     }
 }
 
