@@ -6,12 +6,11 @@
 //! Exit codes: 0 after Ctrl-C / SIGTERM, 1 when NATS cannot be reached or the link cannot
 //! start, 2 for a usage error.
 
-use crate::config::EngineRole;
+use crate::config::{EngineRole, EngineSection};
 use clap::{Args, ValueEnum};
 use router_actors::bus::Bus;
 use router_actors::bus::nats::NatsBus;
 use router_actors::wire::Subjects;
-use router_core::WorkerId;
 use router_engine::{EngineKind, EngineLinkArgs, EngineLinkConfig, EngineLinkHandle};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -109,17 +108,22 @@ impl LinkArgs {
                 self.lease_ms, self.poll_ms
             ));
         }
-        let mut link = EngineLinkConfig::new(kind, self.url.clone(), role.pool());
-        if let Some(id) = self.worker_id {
-            link.worker = WorkerId(id);
-        }
-        link.kv_events = self.kv_events.clone();
-        link.replay = self.replay.clone();
-        link.topic = self.topic.clone();
-        link.max_num_batched_tokens = self.max_num_batched_tokens;
-        link.loras = self.loras.clone();
-        link.poll_every = Duration::from_millis(self.poll_ms);
-        link.lease = Duration::from_millis(self.lease_ms);
+        // The same entry a node's `[[engines]]` holds, so both build the link alike; the
+        // routers' block size is not known here (each router checks what it is announced).
+        let entry = EngineSection {
+            kind,
+            url: self.url.clone(),
+            kv_events: self.kv_events.clone(),
+            replay: self.replay.clone(),
+            topic: self.topic.clone(),
+            role,
+            id: self.worker_id,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            loras: self.loras.clone(),
+            poll_ms: self.poll_ms,
+            lease_ms: self.lease_ms,
+        };
+        let link = entry.link_config(None);
         Ok(link)
     }
 }

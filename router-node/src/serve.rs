@@ -144,7 +144,7 @@ fn engine_links(
             let args = EngineLinkArgs {
                 bus: Arc::clone(bus),
                 subjects: subjects.clone(),
-                config: engine.link_config(config.node.block_size),
+                config: engine.link_config(Some(config.node.block_size)),
             };
             let slot = ActorSlot::empty();
             node.extra_children.push(engine_link_child(

@@ -146,8 +146,9 @@ impl EngineSection {
         Ok(())
     }
 
-    /// The link's configuration; the routers' block size is what the engine must match.
-    pub fn link_config(&self, router_block_size: u32) -> EngineLinkConfig {
+    /// The link's configuration; the engine must match the routers' block size when it is
+    /// known (inside a node; a `router-node link` sidecar does not know it).
+    pub fn link_config(&self, router_block_size: Option<u32>) -> EngineLinkConfig {
         let mut link = EngineLinkConfig::new(self.kind, self.url.clone(), self.role.pool());
         if let Some(id) = self.id {
             link.worker = WorkerId(id);
@@ -155,7 +156,7 @@ impl EngineSection {
         link.kv_events = self.kv_events.clone();
         link.replay = self.replay.clone();
         link.topic = self.topic.clone();
-        link.expected_block_size = Some(router_block_size);
+        link.expected_block_size = router_block_size;
         link.max_num_batched_tokens = self.max_num_batched_tokens;
         link.loras = self.loras.clone();
         link.poll_every = Duration::from_millis(self.poll_ms);

@@ -322,17 +322,17 @@ fn engines_are_read_and_bad_entries_name_their_key() {
     )
     .unwrap();
     assert_eq!(ok.engines.len(), 2);
-    let link = ok.engines[0].link_config(ok.node.block_size);
+    let link = ok.engines[0].link_config(Some(ok.node.block_size));
     assert_eq!(link.url, "http://10.0.0.5:8000", "trailing slash dropped");
     assert_eq!(link.kv_events.as_deref(), Some("tcp://10.0.0.5:5557"));
     assert_eq!(link.expected_block_size, Some(16));
     assert_eq!(
-        ok.engines[0].link_config(16).worker,
+        ok.engines[0].link_config(Some(16)).worker,
         router_engine::link::worker_id_for("http://10.0.0.5:8000"),
         "the same id a `router-node link` sidecar derives"
     );
     assert_eq!(
-        ok.engines[1].link_config(16).worker,
+        ok.engines[1].link_config(Some(16)).worker,
         router_core::WorkerId(7)
     );
 
