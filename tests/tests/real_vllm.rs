@@ -518,8 +518,9 @@ async fn real_vllm_engines_behind_switchyard() {
     );
     load_shows(routers[0]).await;
 
-    // SIGKILL engine A while streams run on both engines.
-    let streams: Vec<_> = (0..6u64)
+    // SIGKILL engine A while streams run on both engines (twelve: more than an engine runs at
+    // once, so some are still running or waiting there however fast it generates).
+    let streams: Vec<_> = (0..12u64)
         .map(|i| {
             let router = routers[i as usize % 2].to_owned();
             tokio::spawn(async move {
