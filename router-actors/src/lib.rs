@@ -24,6 +24,7 @@
 
 pub mod bus;
 pub mod clock;
+pub mod credit_bus;
 pub mod edge;
 pub mod kv_events;
 pub mod lag;

@@ -19,6 +19,7 @@
 
 use crate::bus::Bus;
 use crate::clock::Clock;
+use crate::credit_bus::{CreditBusCounters, spawn_credit_publisher, spawn_credit_subscriber};
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle, kv_events_child};
 use crate::peer_sync::{PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, peer_sync_child};
 use crate::registry::{
@@ -26,7 +27,7 @@ use crate::registry::{
 };
 use crate::room_bus::{RoomBusCounters, spawn_room_publisher, spawn_room_subscriber};
 use crate::room_view::room_channel;
-use crate::router::{OwnDelta, Paired, RouterArgs, RouterHandle, router_child};
+use crate::router::{CreditsArgs, OwnDelta, Paired, RouterArgs, RouterHandle, router_child};
 use crate::supervisor::{
     ActorSlot, DEFAULT_CALL_TIMEOUT, InflightRegistry, NodeSupervisor, RestartPolicy,
     SupervisorArgs, SupervisorMsg,
@@ -41,6 +42,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+/// Room-credit messages waiting for the courier; past this they are dropped and counted
+/// (periodic reports repair the loss).
+const CREDIT_QUEUE: usize = 4096;
 
 /// Aggregated workers, or a prefill pool and a decode pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +88,10 @@ pub struct NodeConfig {
     /// More children for the node's supervisor, started after its own actors and restarted
     /// under the same policy (a router node's engine links).
     pub extra_children: Vec<crate::supervisor::ChildSpec>,
+    /// Disaggregated: the decode pool's room is shared among replicas through room credits
+    /// (`router_core::credits`), so replicas admit as one gate. Off: each replica admits
+    /// against its own view (replicas may overshoot a decode fraction together).
+    pub room_credits: bool,
 }
 
 impl NodeConfig {
@@ -110,6 +119,7 @@ impl NodeConfig {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             seed: 0,
             extra_children: Vec::new(),
+            room_credits: true,
         }
     }
 }
@@ -134,6 +144,7 @@ pub struct Node {
     registry: RegistryHandle,
     inflight: Vec<(PoolRole, InflightRegistry)>,
     pub room_counters: Arc<RoomBusCounters>,
+    pub credit_counters: Arc<CreditBusCounters>,
     tasks: Vec<JoinHandle<()>>,
     ready: watch::Receiver<bool>,
 }
@@ -152,6 +163,9 @@ impl Node {
         let clock = Clock::start();
         let subjects = Subjects::new(config.cluster.clone());
         let room_counters = Arc::new(RoomBusCounters::default());
+        let credit_counters = Arc::new(CreditBusCounters::default());
+        // Decode pool of a disaggregated node: room credits among replicas.
+        let mut credit_link = None;
         let (room_out, room_in) = room_channel();
         let mut children = Vec::new();
         let mut routers = Vec::new();
@@ -184,6 +198,19 @@ impl Node {
                     decode,
                 })
             });
+            let credits = (pool == PoolRole::Decode
+                && config.room_credits
+                && config.topology == Topology::Disaggregated)
+                .then(|| {
+                    let (out, outgoing) = mpsc::channel(CREDIT_QUEUE);
+                    let (peers_tx, peers) = watch::channel(Vec::new());
+                    credit_link = Some((outgoing, peers_tx));
+                    CreditsArgs {
+                        settle: config.peer_sync.heartbeat_every.saturating_mul(2),
+                        out,
+                        peers,
+                    }
+                });
             let args = RouterArgs {
                 config: PoolRouterConfig {
                     scheduler,
@@ -199,6 +226,7 @@ impl Node {
                 inflight: Some(registry.clone()),
                 admit_when: Some(ready_rx),
                 kv_index: Some(kv_index.clone()),
+                credits,
             };
             children.push(router_child(
                 format!("router-{}", crate::wire::pool_token(pool)),
@@ -228,6 +256,11 @@ impl Node {
                 rx,
             );
             args.config = config.peer_sync.clone();
+            if pool == PoolRole::Decode
+                && let Some((_, peers_tx)) = &credit_link
+            {
+                args.peers = peers_tx.clone();
+            }
             let slot = ActorSlot::empty();
             let handle = PeerSyncHandle::from_slot(slot.clone(), ready_tx.subscribe())
                 .with_call_timeout(config.call_timeout);
@@ -301,6 +334,28 @@ impl Node {
                 .await?,
             );
         }
+        if let (Some((outgoing, _)), Some((_, decode))) = (
+            credit_link,
+            routers.iter().find(|(p, _)| *p == PoolRole::Decode),
+        ) {
+            tasks.push(spawn_credit_publisher(
+                Arc::clone(&bus),
+                subjects.clone(),
+                config.router_id,
+                outgoing,
+                Arc::clone(&credit_counters),
+            ));
+            tasks.push(
+                spawn_credit_subscriber(
+                    Arc::clone(&bus),
+                    subjects.clone(),
+                    config.router_id,
+                    decode.clone(),
+                    Arc::clone(&credit_counters),
+                )
+                .await?,
+            );
+        }
         let ready = readiness(&peer_syncs, registry.known_workers(), &mut tasks);
         Ok(Node {
             config,
@@ -312,6 +367,7 @@ impl Node {
             registry,
             inflight,
             room_counters,
+            credit_counters,
             tasks,
             ready,
         })

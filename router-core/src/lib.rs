@@ -6,6 +6,7 @@
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
 pub mod admission;
+pub mod credits;
 pub mod eligibility;
 pub mod hashing;
 pub mod ids;
@@ -20,7 +21,7 @@ pub mod worker;
 
 pub use admission::{
     Admission, AdmissionRequest, DecodeReservation, DecodeRoomView, Outcome, Phase, PoolRole,
-    RejectReason, Scheduler, SchedulerConfig,
+    RejectReason, RoomWant, Scheduler, SchedulerConfig,
 };
 pub use eligibility::Eligibility;
 pub use hashing::{LocalBlockHash, SequenceHash};

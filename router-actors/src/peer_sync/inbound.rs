@@ -69,13 +69,19 @@ impl PeerSyncState {
             return;
         }
         let lease = self.config.lease;
-        let peer = self.peers.entry(owner).or_insert_with(|| Peer {
-            last_seen: Instant::now(),
-            lease,
-            mismatches: 0,
-            repair: None,
-            needs_repair: false,
-        });
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.peers.entry(owner) {
+            entry.insert(Peer {
+                last_seen: Instant::now(),
+                lease,
+                mismatches: 0,
+                repair: None,
+                needs_repair: false,
+            });
+            self.publish_peers();
+        }
+        let Some(peer) = self.peers.get_mut(&owner) else {
+            return;
+        };
         peer.last_seen = Instant::now();
         if let SeqEvent::Gap { missed } = event {
             self.counters.gaps += 1;

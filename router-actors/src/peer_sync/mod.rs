@@ -114,6 +114,8 @@ pub struct PeerSyncArgs {
     pub config: PeerSyncConfig,
     /// Set to true once the starting snapshot window has passed.
     pub ready: watch::Sender<bool>,
+    /// The live peers (router ids, sorted), for the router's room credits.
+    pub peers: watch::Sender<Vec<RouterId>>,
 }
 
 impl PeerSyncArgs {
@@ -136,6 +138,7 @@ impl PeerSyncArgs {
             deltas: DeltaFeed::new(deltas),
             config: PeerSyncConfig::default(),
             ready,
+            peers: watch::channel(Vec::new()).0,
         };
         (args, ready_rx)
     }

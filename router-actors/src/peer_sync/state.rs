@@ -77,6 +77,8 @@ pub struct PeerSyncState {
     pub(super) router: RouterHandle,
     pub(super) config: PeerSyncConfig,
     ready: watch::Sender<bool>,
+    /// The live peers, for the router's room credits.
+    peers_out: watch::Sender<Vec<RouterId>>,
     pub(super) myself: ActorRef<PeerSyncMsg>,
     pub(super) outbox: Outbox,
     /// Index of the last own delta sequenced (the router's count of deltas handed over).
@@ -102,6 +104,23 @@ impl std::fmt::Debug for PeerSyncState {
 
 impl PeerSyncState {
     pub(super) fn new(args: PeerSyncArgs, myself: ActorRef<PeerSyncMsg>) -> Self {
+        // After a restart, the peers known before stay members until their lease runs out
+        // here too (room credits must not see live peers leave and come back).
+        let known: HashMap<RouterId, Peer> = args
+            .peers
+            .borrow()
+            .iter()
+            .map(|id| {
+                let peer = Peer {
+                    last_seen: Instant::now(),
+                    lease: args.config.lease,
+                    mismatches: 0,
+                    repair: None,
+                    needs_repair: false,
+                };
+                (*id, peer)
+            })
+            .collect();
         Self {
             bus: args.bus,
             cluster: args.subjects.cluster().to_owned(),
@@ -112,12 +131,13 @@ impl PeerSyncState {
             router: args.router,
             config: args.config,
             ready: args.ready,
+            peers_out: args.peers,
             myself,
             outbox: Outbox::new(args.subjects.cluster(), args.me.0),
             sequenced: 0,
             deferred: VecDeque::new(),
             tracker: SeqTracker::default(),
-            peers: HashMap::new(),
+            peers: known,
             generation: 0,
             counters: PeerSyncCounters::default(),
             wire: WireCounters::default(),
@@ -378,6 +398,20 @@ impl PeerSyncState {
                 self.counters.router_gone += 1;
             }
         }
+        self.publish_peers();
+    }
+
+    /// Tells the router which peers are live now (when that changed).
+    pub(super) fn publish_peers(&self) {
+        let mut now: Vec<RouterId> = self.peers.keys().copied().collect();
+        now.sort();
+        self.peers_out.send_if_modified(|old| {
+            let changed = *old != now;
+            if changed {
+                *old = now;
+            }
+            changed
+        });
     }
 
     pub(super) fn set_ready(&mut self) {

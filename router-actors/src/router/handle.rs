@@ -148,6 +148,20 @@ impl RouterHandle {
         self.cast(RouterMsg::Unreserve(id))
     }
 
+    /// Decode pool: requests wait at the prefill gate for decode room.
+    pub fn want_room(&self, wants: Vec<router_core::RoomWant>) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::WantRoom(wants))
+    }
+
+    /// Decode pool: a peer's room-credit message.
+    pub fn credit(
+        &self,
+        from: router_core::RouterId,
+        msg: router_core::credits::CreditMsg,
+    ) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::Credit { from, msg })
+    }
+
     /// The actor's state, for `/debug/state` and `/metrics`; within the call timeout.
     pub async fn observe(&self) -> Result<RouterSnapshot, CallError> {
         self.slot.call(RouterMsg::Observe, self.call_timeout).await

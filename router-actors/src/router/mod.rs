@@ -8,6 +8,7 @@
 //! Files: `mod.rs` (messages, args, the actor), `state.rs` (handlers' shared work),
 //! `handle.rs` (the typed handle), `peer.rs` (applying peers' deltas).
 
+mod credits;
 mod handle;
 mod peer;
 mod state;
@@ -15,6 +16,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use credits::CreditsArgs;
 pub use handle::{ActorGone, RouteError, RouterHandle};
 pub use state::{OwnState, OwnerDigest, RouterCounters, RouterSnapshot};
 
@@ -25,7 +27,7 @@ use crate::wire::BookingDelta;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::{
     Admission, DecodeReservation, Holdings, PolicyProfile, PoolRouter, PoolRouterConfig, RequestId,
-    RouteRequest, RouterId, SharedKvIndex, Timestamp, WorkerId, WorkerSpec,
+    RoomWant, RouteRequest, RouterId, SharedKvIndex, Timestamp, WorkerId, WorkerSpec,
 };
 use state::RouterState;
 use std::time::Duration;
@@ -63,6 +65,9 @@ pub struct RouterArgs {
     /// applies the events) and kept across restarts of this actor. `None`: an index of its
     /// own that nothing else writes (tests that feed no KV events).
     pub kv_index: Option<SharedKvIndex>,
+    /// Decode pool in a replicated fleet: take part in room credits, so replicas admit
+    /// against the pool's decode room as one gate. `None`: this router's view alone.
+    pub credits: Option<CreditsArgs>,
 }
 
 impl RouterArgs {
@@ -80,6 +85,7 @@ impl RouterArgs {
             inflight: None,
             admit_when: None,
             kv_index: None,
+            credits: None,
         }
     }
 }
@@ -136,6 +142,16 @@ pub enum RouterMsg {
     PeerGone(RouterId),
     /// Prefill pool: decode room may have grown.
     RoomChanged,
+    /// Decode pool: requests wait at the node's prefill gate for decode room (fetch room
+    /// credits for them).
+    WantRoom(Vec<RoomWant>),
+    /// Decode pool: a peer's room-credit message for this router.
+    Credit {
+        from: RouterId,
+        msg: router_core::credits::CreditMsg,
+    },
+    /// Decode pool: the pool's live peer routers are now these.
+    Peers(Vec<RouterId>),
     /// The node may (or may no longer) admit: held requests are routed when it turns true.
     Admitting(bool),
     /// Deadline timer or periodic recheck.
@@ -196,6 +212,12 @@ impl Actor for RouterActor {
         for spec in workers {
             state.upsert_worker(spec);
         }
+        if let Some(credits) = &args.credits {
+            state.credits = Some(credits::CreditsState::new(state.owner(), credits));
+            let peers = credits.peers.borrow().clone();
+            state.credit_peers(peers);
+            spawn_peers_listener(myself.clone(), credits.peers.clone());
+        }
         state.restore(restore);
         if !args.recheck_every.is_zero() {
             myself.send_interval(args.recheck_every, || RouterMsg::Tick);
@@ -243,6 +265,9 @@ impl Actor for RouterActor {
             RouterMsg::PeerReplace { owner, state: held } => state.replace_peer(owner, held),
             RouterMsg::PeerGone(owner) => state.peer_gone(owner),
             RouterMsg::RoomChanged => state.drain(),
+            RouterMsg::WantRoom(wants) => state.want_room(wants),
+            RouterMsg::Credit { from, msg } => state.credit_message(from, msg),
+            RouterMsg::Peers(peers) => state.credit_peers(peers),
             RouterMsg::Admitting(yes) => state.set_admitting(yes),
             RouterMsg::Tick => state.tick(),
             RouterMsg::Observe(reply) => {
@@ -283,6 +308,22 @@ fn spawn_admission_listener(
         while gate.changed().await.is_ok() {
             let yes = *gate.borrow_and_update();
             if actor.cast(RouterMsg::Admitting(yes)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Forwards the pool's live peers (from peer sync) as `Peers`. Ends when either side goes
+/// away.
+fn spawn_peers_listener(
+    actor: ActorRef<RouterMsg>,
+    mut peers: tokio::sync::watch::Receiver<Vec<RouterId>>,
+) {
+    tokio::spawn(async move {
+        while peers.changed().await.is_ok() {
+            let now = peers.borrow_and_update().clone();
+            if actor.cast(RouterMsg::Peers(now)).is_err() {
                 break;
             }
         }

@@ -51,6 +51,9 @@ pub struct RouterSnapshot {
     pub counters: RouterCounters,
     /// Peer-sync lag: a peer's delta from its publication to its application here.
     pub peer_lag_us: LagSummary,
+    /// Decode pool in a replicated fleet: the room credits it holds and owns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credits: Option<router_core::credits::CreditSnapshot>,
 }
 
 /// The digest of what one owner holds in this router's ledger.
@@ -92,6 +95,10 @@ pub struct RouterState {
     held: std::collections::VecDeque<(RouteRequest, Timestamp, Reply)>,
     pub(super) counters: RouterCounters,
     pub(super) peer_lag: LagRecorder,
+    /// Decode pool in a replicated fleet: room credits (see `super::credits`).
+    pub(super) credits: Option<super::credits::CreditsState>,
+    /// The credit version last published with the room.
+    published_credits: Option<u64>,
 }
 
 impl std::fmt::Debug for RouterState {
@@ -127,6 +134,8 @@ impl RouterState {
             held: std::collections::VecDeque::new(),
             counters: RouterCounters::default(),
             peer_lag: LagRecorder::default(),
+            credits: None,
+            published_credits: None,
         }
     }
 
@@ -277,6 +286,7 @@ impl RouterState {
 
     pub(super) fn tick(&mut self) {
         self.armed = None;
+        self.credit_tick();
         let outcomes = self.router.expire(self.clock.now());
         self.settle_all(outcomes);
         self.drain();
@@ -351,6 +361,7 @@ impl RouterState {
             waiting_replies: self.waiting.len() + self.held.len(),
             counters: self.counters.clone(),
             peer_lag_us: self.peer_lag.summary(),
+            credits: self.credit_snapshot(),
         }
     }
 
@@ -396,13 +407,28 @@ impl RouterState {
         if let Some(room) = self.room() {
             let now = self.clock.now();
             self.router.forget_applied_reservations(room.as_ref(), now);
+            let wants = self.router.take_room_wants();
+            if !wants.is_empty()
+                && let Some(paired) = &self.paired
+            {
+                let _ = paired.decode.want_room(wants);
+            }
         }
+        self.credit_upkeep();
         if let Some(out) = &self.room_out {
             let ledger = self.router.ledger();
-            if self.published_epoch != Some(ledger.epoch()) {
+            let credits = self.credits.as_ref().map(|c| &c.agent);
+            let version = credits.map(|c| c.version());
+            if self.published_epoch != Some(ledger.epoch()) || self.published_credits != version {
                 let classes = self.router.scheduler().profile().classes().len();
-                out.publish(RoomSnapshot::capture(ledger, classes, &[self.owner()]));
+                out.publish(RoomSnapshot::capture(
+                    ledger,
+                    classes,
+                    &[self.owner()],
+                    credits,
+                ));
                 self.published_epoch = Some(ledger.epoch());
+                self.published_credits = version;
             }
         }
         let next = self.router.scheduler().next_deadline();

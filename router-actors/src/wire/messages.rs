@@ -84,3 +84,11 @@ pub struct RoomChanged {
 
 /// A batch of KV events from one worker.
 pub type KvEventBatch = Vec<KvEvent>;
+
+/// A room-credit message (`router.decode.credits`) for one router: every decode router
+/// subscribes and keeps those addressed to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditEnvelope {
+    pub to: uuid::Uuid,
+    pub msg: router_core::credits::CreditMsg,
+}

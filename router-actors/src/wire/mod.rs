@@ -10,8 +10,8 @@ mod subjects;
 
 pub use digest::{booking_hash, digest_from, digest_of, reservation_hash};
 pub use messages::{
-    BookingDelta, BookingMsg, Digest, KvEventBatch, RoomChanged, SnapshotReply, SnapshotRequest,
-    WorkerAnnounce, WorkerLoad,
+    BookingDelta, BookingMsg, CreditEnvelope, Digest, KvEventBatch, RoomChanged, SnapshotReply,
+    SnapshotRequest, WorkerAnnounce, WorkerLoad,
 };
 pub use seq::{SeqEvent, SeqTracker};
 pub use subjects::{Subjects, pool_token};

@@ -52,6 +52,12 @@ impl Subjects {
         format!("{}.router.{}.snapshot", self.cluster, pool_token(pool))
     }
 
+    /// `router.decode.credits`: room credits between decode routers (asks, grants, reports),
+    /// each message naming the router it is for.
+    pub fn credits(&self) -> String {
+        format!("{}.router.decode.credits", self.cluster)
+    }
+
     /// `router.decode.room`: RoomChanged from decode routers to every prefill queue.
     pub fn room(&self) -> String {
         format!("{}.router.decode.room", self.cluster)

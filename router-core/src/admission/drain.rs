@@ -28,6 +28,7 @@ impl Scheduler {
                     cache,
                     inflight,
                     stats,
+                    wants,
                     ..
                 } = self;
                 let mut gate = GateCtx {
@@ -37,6 +38,7 @@ impl Scheduler {
                     cache,
                     inflight,
                     stats,
+                    wants,
                 };
                 queue.pop_next(now, |_, request| gate.check(request, now, room).is_ok())
             };

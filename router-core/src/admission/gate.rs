@@ -5,7 +5,7 @@
 
 use super::request::AdmissionRequest;
 use super::room::{DecodeRoomView, InflightReservations, PassCache};
-use super::{PoolRole, Scheduler, SchedulerConfig, SchedulerStats};
+use super::{PoolRole, RoomWant, Scheduler, SchedulerConfig, SchedulerStats};
 use crate::eligibility::Eligibility;
 use crate::ids::RankId;
 use crate::ledger::{BestRoom, BookingLedger, GateClosed};
@@ -25,6 +25,7 @@ pub(super) struct GateCtx<'a> {
     pub cache: &'a mut PassCache,
     pub inflight: &'a mut InflightReservations,
     pub stats: &'a mut SchedulerStats,
+    pub wants: &'a mut Vec<RoomWant>,
 }
 
 impl Scheduler {
@@ -36,6 +37,7 @@ impl Scheduler {
             cache: &mut self.cache,
             inflight: &mut self.inflight,
             stats: &mut self.stats,
+            wants: &mut self.wants,
         }
     }
 }
@@ -74,10 +76,31 @@ impl GateCtx<'_> {
                     BestRoom::Best { rank, headroom } if headroom >= need => Ok(GatePass {
                         decode_rank: Some(rank),
                     }),
-                    BestRoom::Best { .. } => Err(GateClosed::DecodeFull),
+                    BestRoom::Best { .. } => {
+                        self.want(request, need);
+                        Err(GateClosed::DecodeFull)
+                    }
                 }
             }
         }
+    }
+
+    /// Records that a request waits on decode room (the first need per class and adapter),
+    /// so the decode side can fetch room credits for it.
+    fn want(&mut self, request: &AdmissionRequest, need: i64) {
+        let lora = request.eligibility.lora.clone();
+        if self
+            .wants
+            .iter()
+            .any(|w| w.class == request.class && w.lora == lora)
+        {
+            return;
+        }
+        self.wants.push(RoomWant {
+            class: request.class,
+            need: u64::try_from(need).unwrap_or(0),
+            lora,
+        });
     }
 
     /// Decode room on the paired pool, counting this scheduler's reservations the view has

@@ -90,6 +90,16 @@ pub struct SchedulerStats {
     pub gate_passes: u64,
 }
 
+/// A request that waits at the prefill gate for decode room: what the decode side needs to
+/// ask room credits for (see `crate::credits`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoomWant {
+    pub class: crate::ids::ClassId,
+    /// Decode blocks the request needs.
+    pub need: u64,
+    pub lora: Option<String>,
+}
+
 /// A serialisable view for `Observe`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SchedulerSnapshot {
@@ -112,6 +122,7 @@ pub struct Scheduler {
     stats: SchedulerStats,
     selector: Selector,
     rng: SmallRng,
+    wants: Vec<RoomWant>,
 }
 
 impl Scheduler {
@@ -166,6 +177,7 @@ impl Scheduler {
             stats: SchedulerStats::default(),
             selector,
             rng,
+            wants: Vec::new(),
         })
     }
 
@@ -238,6 +250,11 @@ impl Scheduler {
     pub fn forget_applied_reservations(&mut self, room: &dyn DecodeRoomView, now: Timestamp) {
         let applied = room.applied_reserve_seq(self.config.owner);
         self.inflight.unseen(applied, now);
+    }
+
+    /// Requests that waited on decode room since the last call (one per class and adapter).
+    pub fn take_room_wants(&mut self) -> Vec<RoomWant> {
+        std::mem::take(&mut self.wants)
     }
 
     pub fn snapshot(&self) -> SchedulerSnapshot {

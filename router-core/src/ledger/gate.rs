@@ -145,6 +145,19 @@ impl BookingLedger {
         }
     }
 
+    /// One rank's decode line for the class (`None`: the class has no line there) and the
+    /// blocks committed on it (booked and reserved, every router's). `None` for an unknown
+    /// rank.
+    pub fn rank_decode_room(&self, class: ClassId, rank: RankId) -> Option<(Option<u64>, u64)> {
+        let slot = *self.by_rank.get(&rank)?;
+        let state = self.rank(slot)?;
+        let line = self
+            .classes
+            .get(class.index())?
+            .decode_room_line(state.total_kv_blocks);
+        Some((line, state.committed_blocks()))
+    }
+
     /// The eligible rank with the most decode room left under the class line (after
     /// `pending`), whatever the need: callers that check several needs against one answer
     /// (a gate pass) ask once.

@@ -119,6 +119,11 @@ impl BookingLedger {
             .is_some_and(WorkerEntry::overloaded)
     }
 
+    /// Every rank of the pool.
+    pub fn rank_ids(&self) -> impl Iterator<Item = RankId> + '_ {
+        self.by_rank.keys().copied()
+    }
+
     pub fn has_rank(&self, rank: RankId) -> bool {
         self.by_rank.contains_key(&rank)
     }

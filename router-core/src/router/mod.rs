@@ -155,6 +155,11 @@ impl PoolRouter {
         }
     }
 
+    /// Requests that waited on decode room since the last call (prefill pools).
+    pub fn take_room_wants(&mut self) -> Vec<crate::admission::RoomWant> {
+        self.scheduler.take_room_wants()
+    }
+
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
     }

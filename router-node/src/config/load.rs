@@ -305,6 +305,7 @@ impl Config {
         node.selection = self.selection_config();
         node.reservation_lease = Duration::from_millis(self.scheduler.reservation_lease_ms);
         node.recheck_every = Duration::from_millis(self.scheduler.recheck_ms);
+        node.room_credits = self.scheduler.room_credits;
         node.peer_sync.heartbeat_every = Duration::from_millis(self.peer_sync.heartbeat_ms);
         node.peer_sync.lease = Duration::from_millis(self.peer_sync.lease_ms);
         node.peer_sync.snapshot_window = Duration::from_millis(self.peer_sync.snapshot_window_ms);

@@ -274,6 +274,11 @@ pub struct SchedulerSection {
     pub reservation_lease_ms: u64,
     /// How often queued requests are re-checked against the gate.
     pub recheck_ms: u64,
+    /// Disaggregated: replicas share the decode pool's room through room credits, so
+    /// together they never commit past a class's decode fraction. Off: each replica admits
+    /// against its own view of the others' bookings (a burst over several replicas can
+    /// overshoot).
+    pub room_credits: bool,
 }
 
 impl Default for SchedulerSection {
@@ -281,6 +286,7 @@ impl Default for SchedulerSection {
         Self {
             reservation_lease_ms: 30_000,
             recheck_ms: 1_000,
+            room_credits: true,
         }
     }
 }

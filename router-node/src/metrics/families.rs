@@ -111,6 +111,10 @@ pub(super) struct NodeFamilies {
     pub engine_kv_used: Gauges,
     pub engine_kv_total: Gauges,
     pub engine_link_up: Gauges,
+    pub credits_held: Gauges,
+    pub credits_used: Gauges,
+    pub credits_outstanding: Gauges,
+    pub credit_messages: Counters,
     pub lag: FloatGauges,
     pub lag_samples: Counters,
     pub admissions: Counters,
@@ -196,6 +200,21 @@ impl NodeFamilies {
             self.engine_link_up.clone(),
         );
         r.register(
+            "room_credits_held_blocks",
+            "Decode room credits this replica holds on a rank (granted by the rank's owner), by worker and dp rank",
+            self.credits_held.clone(),
+        );
+        r.register(
+            "room_credits_used_blocks",
+            "Held room credits that this replica's own reservations and bookings use, by worker and dp rank",
+            self.credits_used.clone(),
+        );
+        r.register(
+            "room_credits_outstanding_blocks",
+            "Room credits out on a rank this replica owns (all holders), by worker and dp rank",
+            self.credits_outstanding.clone(),
+        );
+        r.register(
             "peer_sync_lag_seconds",
             "Peer-sync lag (a peer's delta from publication to application here), by pool and quantile",
             self.lag.clone(),
@@ -232,6 +251,11 @@ impl NodeFamilies {
             "room_changed_received",
             "RoomChanged signals received from the bus",
             self.room_received.clone(),
+        );
+        r.register(
+            "room_credit_messages",
+            "Room-credit exchanges of this replica, by kind (ask_sent, grant_received, denial_received, local_grant, grant_given, denial_given)",
+            self.credit_messages.clone(),
         );
         r.register(
             "kv_events",

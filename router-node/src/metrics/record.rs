@@ -109,6 +109,42 @@ fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &Router
     f.lag_samples
         .get_or_create(&labels([("pool", pool)]))
         .inc_by(peer_lag.count);
+    if let Some(credits) = &snapshot.credits {
+        room_credits(f, credits);
+    }
+}
+
+/// A decode router's room credits: what it holds and uses per rank, what it has out on the
+/// ranks it owns, and its credit exchanges.
+fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot) {
+    let rank_labels = |rank: router_core::RankId| {
+        let worker = rank.worker.0.to_string();
+        let dp_rank = rank.dp_rank.to_string();
+        labels([("worker", &worker), ("dp_rank", &dp_rank)])
+    };
+    for held in &credits.held {
+        let l = rank_labels(held.rank);
+        f.credits_held.get_or_create(&l).set(gauge_value(held.held));
+        f.credits_used.get_or_create(&l).set(gauge_value(held.used));
+    }
+    for owned in &credits.owned {
+        f.credits_outstanding
+            .get_or_create(&rank_labels(owned.rank))
+            .set(gauge_value(owned.outstanding));
+    }
+    let c = &credits.counters;
+    for (kind, value) in [
+        ("ask_sent", c.asks_sent),
+        ("grant_received", c.grants_received),
+        ("denial_received", c.denials_received),
+        ("local_grant", c.local_grants),
+        ("grant_given", c.grants_given),
+        ("denial_given", c.denials_given),
+    ] {
+        f.credit_messages
+            .get_or_create(&labels([("kind", kind)]))
+            .inc_by(value);
+    }
 }
 
 /// A component's wire decoding errors, by kind.

@@ -1,0 +1,239 @@
+//! Credit agents of three replicas, each with its own ledger, trading messages: their
+//! reservations on a rank never pass the class line, however the messages interleave, and
+//! credits go back to the owner when requests end.
+
+use super::*;
+use crate::admission::RoomWant;
+use crate::ids::{BookingKey, ClassId, RequestId};
+use crate::ledger::{BookingLedger, Reservation};
+use crate::policy::PolicyProfile;
+use crate::time::Timestamp;
+use crate::worker::WorkerSpec;
+use std::collections::VecDeque;
+
+const INTERACTIVE: ClassId = ClassId(0);
+
+fn profile() -> PolicyProfile {
+    PolicyProfile::from_toml_str(
+        r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 60000
+quantum = 100
+decode_busy_threshold_frac = 0.5
+"#,
+    )
+    .expect("valid test profile")
+}
+
+/// A replica: its agent and its own view of the decode pool (two ranks of 1,024 blocks).
+struct Replica {
+    id: RouterId,
+    agent: CreditAgent,
+    ledger: BookingLedger,
+    next: u128,
+}
+
+fn replica(n: u128) -> Replica {
+    let id = RouterId(uuid::Uuid::from_u128(n));
+    let mut ledger = BookingLedger::new(&profile());
+    for w in [1, 2] {
+        ledger
+            .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
+            .expect("a valid worker");
+    }
+    let mut agent = CreditAgent::new(id, Duration::from_millis(5));
+    agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
+    Replica {
+        id,
+        agent,
+        ledger,
+        next: n << 64,
+    }
+}
+
+/// Three replicas that know each other, past the settle period.
+fn fleet() -> (Vec<Replica>, VecDeque<(RouterId, CreditOut)>) {
+    let mut replicas: Vec<Replica> = (1..=3).map(replica).collect();
+    let ids: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
+    let mut wire = VecDeque::new();
+    for r in &mut replicas {
+        let peers = ids.iter().copied().filter(|p| *p != r.id);
+        for out in r
+            .agent
+            .set_peers(peers.collect::<Vec<_>>(), Timestamp::ZERO)
+        {
+            wire.push_back((r.id, out));
+        }
+    }
+    deliver_all(&mut replicas, &mut wire, Timestamp::from_millis(1));
+    (replicas, wire)
+}
+
+fn ask(
+    replicas: &mut [Replica],
+    at: usize,
+    want: &RoomWant,
+    now: Timestamp,
+    wire: &mut VecDeque<(RouterId, CreditOut)>,
+) {
+    let r = &mut replicas[at];
+    for out in r.agent.want(want, &r.ledger, now) {
+        wire.push_back((r.id, out));
+    }
+}
+
+fn deliver_all(
+    replicas: &mut [Replica],
+    wire: &mut VecDeque<(RouterId, CreditOut)>,
+    now: Timestamp,
+) {
+    while let Some((from, out)) = wire.pop_front() {
+        let Some(to) = replicas.iter_mut().find(|r| r.id == out.to) else {
+            continue;
+        };
+        for reply in to.agent.receive(from, out.msg, &to.ledger, now) {
+            wire.push_back((to.id, reply));
+        }
+    }
+}
+
+/// Admits what spare credits allow on `replica`: reserves `need` on the first rank with
+/// enough spare, in its own ledger and in every peer's (peer sync, delivered at once here).
+fn admit(replicas: &mut [Replica], at: usize, need: u64) -> Option<RequestId> {
+    let (rank, _) = replicas[at].agent.spares().find(|(_, s)| *s >= need)?;
+    replicas[at].next += 1;
+    let request = RequestId(uuid::Uuid::from_u128(replicas[at].next));
+    let key = BookingKey::new(replicas[at].id, request);
+    let reservation = Reservation {
+        rank,
+        blocks: need,
+        expires_at: Timestamp::from_millis(600_000),
+        seq: 0,
+    };
+    replicas[at].agent.reserved(key, rank, need);
+    for r in replicas.iter_mut() {
+        r.ledger.reserve(key, reservation);
+    }
+    Some(request)
+}
+
+fn reserved_on(ledger: &BookingLedger, rank: RankId) -> u64 {
+    ledger
+        .rank_decode_room(INTERACTIVE, rank)
+        .map_or(0, |(_, c)| c)
+}
+
+#[test]
+fn three_replicas_asking_at_once_never_reserve_past_the_line() {
+    let (mut replicas, mut wire) = fleet();
+    let want = RoomWant {
+        class: INTERACTIVE,
+        need: 75,
+        lora: None,
+    };
+    let mut admitted = 0;
+    // Rounds of: every replica wants room, messages fly, every replica admits what it can.
+    for round in 0..40u64 {
+        let now = Timestamp::from_millis(10 + round);
+        for r in replicas.iter_mut() {
+            for out in r.agent.want(&want, &r.ledger, now) {
+                wire.push_back((r.id, out));
+            }
+        }
+        deliver_all(&mut replicas, &mut wire, now);
+        for at in 0..replicas.len() {
+            while admit(&mut replicas, at, 75).is_some() {
+                admitted += 1;
+            }
+        }
+        for rank in replicas[0].ledger.rank_ids().collect::<Vec<_>>() {
+            let committed = reserved_on(&replicas[0].ledger, rank);
+            assert!(
+                committed <= 512,
+                "round {round}: {committed} blocks on {rank:?}"
+            );
+        }
+    }
+    // 512 / 75 = 6 requests per rank, 2 ranks: every one of them found room.
+    assert_eq!(admitted, 12, "credits left room unused");
+}
+
+#[test]
+fn credits_of_an_ended_request_go_back_and_serve_another_replica() {
+    let (mut replicas, mut wire) = fleet();
+    let big = RoomWant {
+        class: INTERACTIVE,
+        need: 500,
+        lora: None,
+    };
+    let now = Timestamp::from_millis(10);
+    // Replica 0 fills both ranks.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        ask(&mut replicas, 0, &big, now, &mut wire);
+        deliver_all(&mut replicas, &mut wire, now);
+        held.push(admit(&mut replicas, 0, 500).expect("room for 500 on an empty rank"));
+    }
+    // Replica 1 cannot get any.
+    ask(&mut replicas, 1, &big, now, &mut wire);
+    deliver_all(&mut replicas, &mut wire, now);
+    assert!(admit(&mut replicas, 1, 500).is_none());
+    // Replica 0's first request ends: released everywhere, its credits given back.
+    let key = BookingKey::new(replicas[0].id, held[0]);
+    for r in replicas.iter_mut() {
+        r.ledger.unreserve(&key);
+    }
+    let id0 = replicas[0].id;
+    let r0 = &mut replicas[0];
+    for out in r0.agent.reconcile(&r0.ledger) {
+        wire.push_back((id0, out));
+    }
+    deliver_all(&mut replicas, &mut wire, now);
+    let later = Timestamp::from_millis(10) + ASK_TIMEOUT;
+    ask(&mut replicas, 1, &big, later, &mut wire);
+    deliver_all(&mut replicas, &mut wire, later);
+    assert!(
+        admit(&mut replicas, 1, 500).is_some(),
+        "{:?}",
+        replicas[1].agent.snapshot(later)
+    );
+}
+
+#[test]
+fn a_replica_that_dies_holding_credits_frees_them_at_its_owners() {
+    let (mut replicas, mut wire) = fleet();
+    let want = RoomWant {
+        class: INTERACTIVE,
+        need: 500,
+        lora: None,
+    };
+    let now = Timestamp::from_millis(10);
+    for _ in 0..2 {
+        ask(&mut replicas, 2, &want, now, &mut wire);
+        deliver_all(&mut replicas, &mut wire, now);
+        admit(&mut replicas, 2, 500).expect("room on an empty rank");
+    }
+    let dead = replicas.pop().expect("three replicas").id;
+    let live: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
+    let later = Timestamp::from_millis(1_000);
+    for r in replicas.iter_mut() {
+        // Peer sync drops the dead replica's reservations with it.
+        r.ledger.release_owner(dead);
+        let peers: Vec<RouterId> = live.iter().copied().filter(|p| *p != r.id).collect();
+        for out in r.agent.set_peers(peers, later) {
+            wire.push_back((r.id, out));
+        }
+    }
+    deliver_all(&mut replicas, &mut wire, later);
+    // After the settle period the survivors get the whole line again.
+    let settled = later + Duration::from_millis(200);
+    let mut admitted = 0;
+    for at in 0..2 {
+        ask(&mut replicas, at, &want, settled, &mut wire);
+        deliver_all(&mut replicas, &mut wire, settled);
+        admitted += usize::from(admit(&mut replicas, at, 500).is_some());
+    }
+    assert_eq!(admitted, 2);
+}

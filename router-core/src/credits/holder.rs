@@ -1,0 +1,189 @@
+//! The holder's side of room credits: what this router holds on each decode rank, how much
+//! of it its own reservations and bookings use, and the reports that tell each owner.
+
+use crate::ids::{RankId, RequestId, RouterId};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+/// A holder's statement to a rank's owner: "I hold `held` blocks of credits on `rank`, and
+/// the highest grant of yours I have seen is `seen_grant_seq`". Absolute, so it repairs a
+/// lost message; `report_seq` orders statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldReport {
+    pub rank: RankId,
+    pub held: u64,
+    pub seen_grant_seq: u64,
+    pub report_seq: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct HeldRank {
+    owner: Option<RouterId>,
+    held: u64,
+    used: u64,
+    seen: u64,
+}
+
+/// One held rank, for `Observe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldRankSnapshot {
+    pub rank: RankId,
+    pub owner: Option<RouterId>,
+    pub held: u64,
+    pub used: u64,
+}
+
+/// Credits this router holds, per decode rank, and its own requests using them.
+#[derive(Debug, Clone, Default)]
+pub struct CreditHolder {
+    ranks: FxHashMap<RankId, HeldRank>,
+    uses: FxHashMap<RequestId, (RankId, u64)>,
+    report_seq: u64,
+    /// Grants accepted so far (a room signal: spare credits may have grown).
+    grants: u64,
+}
+
+impl CreditHolder {
+    /// Credits held on `rank` that no own request uses.
+    pub fn spare(&self, rank: RankId) -> u64 {
+        self.ranks
+            .get(&rank)
+            .map_or(0, |r| r.held.saturating_sub(r.used))
+    }
+
+    /// Credits held on `rank`, used or not.
+    pub fn held(&self, rank: RankId) -> u64 {
+        self.ranks.get(&rank).map_or(0, |r| r.held)
+    }
+
+    /// Ranks with spare credits, and how many.
+    pub fn spares(&self) -> impl Iterator<Item = (RankId, u64)> + '_ {
+        self.ranks
+            .iter()
+            .map(|(rank, r)| (*rank, r.held.saturating_sub(r.used)))
+            .filter(|(_, spare)| *spare > 0)
+    }
+
+    pub fn grants_received(&self) -> u64 {
+        self.grants
+    }
+
+    pub fn owner(&self, rank: RankId) -> Option<RouterId> {
+        self.ranks.get(&rank).and_then(|r| r.owner)
+    }
+
+    /// The owner of `rank` is now `owner`: grants are counted afresh in its sequence. Returns
+    /// the report to send it when this router holds credits there.
+    pub fn set_owner(&mut self, rank: RankId, owner: RouterId) -> Option<HeldReport> {
+        let entry = self.ranks.entry(rank).or_default();
+        if entry.owner == Some(owner) {
+            return None;
+        }
+        entry.owner = Some(owner);
+        entry.seen = 0;
+        (entry.held > 0).then(|| self.report(rank)).flatten()
+    }
+
+    /// A grant from `from`. Accepted only from the rank's owner and in sequence; returns the
+    /// acknowledgement to send back.
+    pub fn granted(
+        &mut self,
+        from: RouterId,
+        rank: RankId,
+        blocks: u64,
+        seq: u64,
+    ) -> Option<HeldReport> {
+        let entry = self.ranks.get_mut(&rank)?;
+        if entry.owner != Some(from) || seq <= entry.seen {
+            return None;
+        }
+        entry.seen = seq;
+        entry.held = entry.held.saturating_add(blocks);
+        self.grants += 1;
+        self.report(rank)
+    }
+
+    /// An own reservation of `blocks` on `rank` for `request` uses credits.
+    pub fn consume(&mut self, request: RequestId, rank: RankId, blocks: u64) {
+        if let Some((old_rank, old_blocks)) = self.uses.insert(request, (rank, blocks))
+            && let Some(entry) = self.ranks.get_mut(&old_rank)
+        {
+            entry.used = entry.used.saturating_sub(old_blocks);
+        }
+        let entry = self.ranks.entry(rank).or_default();
+        entry.used = entry.used.saturating_add(blocks);
+    }
+
+    /// The request's reservation or booking ended: its credits are spare again.
+    pub fn release(&mut self, request: RequestId) -> Option<RankId> {
+        let (rank, blocks) = self.uses.remove(&request)?;
+        if let Some(entry) = self.ranks.get_mut(&rank) {
+            entry.used = entry.used.saturating_sub(blocks);
+        }
+        Some(rank)
+    }
+
+    /// The rank an own request uses credits on.
+    pub fn use_rank(&self, request: RequestId) -> Option<RankId> {
+        self.uses.get(&request).map(|(rank, _)| *rank)
+    }
+
+    /// Own requests using credits.
+    pub fn users(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.uses.keys().copied()
+    }
+
+    /// Gives back spare credits on `rank` beyond `keep`; the report tells the owner.
+    pub fn give_back(&mut self, rank: RankId, keep: u64) -> Option<HeldReport> {
+        let entry = self.ranks.get_mut(&rank)?;
+        let target = entry.used.saturating_add(keep);
+        if entry.held <= target {
+            return None;
+        }
+        entry.held = target;
+        self.report(rank)
+    }
+
+    /// The current statement for `rank`'s owner (`None` when the rank has no owner yet).
+    pub fn report(&mut self, rank: RankId) -> Option<HeldReport> {
+        let entry = self.ranks.get(&rank)?;
+        entry.owner?;
+        self.report_seq += 1;
+        Some(HeldReport {
+            rank,
+            held: entry.held,
+            seen_grant_seq: entry.seen,
+            report_seq: self.report_seq,
+        })
+    }
+
+    /// Ranks this router holds credits on, with their owners.
+    pub fn held_ranks(&self) -> impl Iterator<Item = (RankId, Option<RouterId>)> + '_ {
+        self.ranks
+            .iter()
+            .filter(|(_, r)| r.held > 0)
+            .map(|(rank, r)| (*rank, r.owner))
+    }
+
+    /// A rank left the pool: its credits and uses are dropped.
+    pub fn forget_rank(&mut self, rank: RankId) {
+        self.ranks.remove(&rank);
+        self.uses.retain(|_, (r, _)| *r != rank);
+    }
+
+    pub fn snapshot(&self) -> Vec<HeldRankSnapshot> {
+        let mut out: Vec<HeldRankSnapshot> = self
+            .ranks
+            .iter()
+            .filter(|(_, r)| r.held > 0 || r.used > 0)
+            .map(|(rank, r)| HeldRankSnapshot {
+                rank: *rank,
+                owner: r.owner,
+                held: r.held,
+                used: r.used,
+            })
+            .collect();
+        out.sort_by_key(|s| s.rank);
+        out
+    }
+}

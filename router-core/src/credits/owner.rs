@@ -1,0 +1,207 @@
+//! The owner's side of room credits: what each holder has of one rank's room, and whether a
+//! new grant still fits under the requesting class's line.
+
+use super::{GRANT_TTL, HeldReport};
+use crate::ids::{RankId, RouterId};
+use crate::time::Timestamp;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The answer to a holder asking for credits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "decision")]
+pub enum GrantDecision {
+    /// `blocks` credits, under this owner's grant sequence `seq` (the holder acknowledges it).
+    Granted { blocks: u64, seq: u64 },
+    /// The line leaves `free` blocks, fewer than the need.
+    NoRoom { free: u64 },
+    /// Ownership is new: holders' reports are still arriving.
+    Settling,
+    /// This router does not own the rank (membership views differ for a moment).
+    NotOwned,
+}
+
+#[derive(Debug, Clone, Default)]
+struct HolderEntry {
+    /// What the holder last said it holds.
+    reported: u64,
+    /// The holder's sequence of that report (older reports are ignored).
+    report_seq: u64,
+    /// Grants the holder had not seen when it reported: (seq, blocks, granted at).
+    unacked: Vec<(u64, u64, Timestamp)>,
+}
+
+impl HolderEntry {
+    fn counted(&self) -> u64 {
+        self.reported
+            .saturating_add(self.unacked.iter().map(|u| u.1).sum::<u64>())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct OwnedRank {
+    settled_at: Timestamp,
+    holders: FxHashMap<RouterId, HolderEntry>,
+}
+
+impl OwnedRank {
+    fn outstanding(&self) -> u64 {
+        self.holders.values().map(HolderEntry::counted).sum()
+    }
+}
+
+/// One owned rank, for `Observe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OwnedRankSnapshot {
+    pub rank: RankId,
+    pub outstanding: u64,
+    pub holders: usize,
+    pub settling: bool,
+}
+
+/// The ranks this router owns and the credits it has out on each.
+#[derive(Debug, Clone)]
+pub struct CreditOwner {
+    settle: Duration,
+    ranks: FxHashMap<RankId, OwnedRank>,
+    next_seq: u64,
+}
+
+impl CreditOwner {
+    /// `settle`: how long a newly owned rank grants nothing while holders report.
+    pub fn new(settle: Duration) -> Self {
+        Self {
+            settle,
+            ranks: FxHashMap::default(),
+            next_seq: 0,
+        }
+    }
+
+    pub fn owns(&self, rank: RankId) -> bool {
+        self.ranks.contains_key(&rank)
+    }
+
+    pub fn owned(&self) -> impl Iterator<Item = RankId> + '_ {
+        self.ranks.keys().copied()
+    }
+
+    /// Takes ownership of `rank` (a no-op when already owned). `settled`: grant at once
+    /// (this router is alone, so no holder can hold credits it does not know of).
+    pub fn own(&mut self, rank: RankId, now: Timestamp, settled: bool) {
+        let settle = if settled { Duration::ZERO } else { self.settle };
+        self.ranks.entry(rank).or_insert_with(|| OwnedRank {
+            settled_at: now + settle,
+            holders: FxHashMap::default(),
+        });
+    }
+
+    /// A replica joined and may hold credits on `rank` this owner does not know of: grant
+    /// nothing there until its report has had time to arrive.
+    pub fn resettle(&mut self, rank: RankId, now: Timestamp) {
+        let settle = self.settle;
+        if let Some(owned) = self.ranks.get_mut(&rank) {
+            owned.settled_at = owned.settled_at.max(now + settle);
+        }
+    }
+
+    pub fn disown(&mut self, rank: RankId) {
+        self.ranks.remove(&rank);
+    }
+
+    /// Credits out on `rank`: what holders reported plus grants they have not acknowledged.
+    pub fn outstanding(&self, rank: RankId) -> u64 {
+        self.ranks.get(&rank).map_or(0, OwnedRank::outstanding)
+    }
+
+    /// Decides a holder's ask for `need` blocks on `rank` under a class `line`. `committed`
+    /// is what this router's own ledger shows committed there (bookings and reservations,
+    /// its peers' included): load nobody holds credits for (a class without a decode line)
+    /// still counts.
+    ///
+    /// While room is plentiful the grant is a chunk bigger than the need (a share of the
+    /// free room: `free / (2 × members)`), so a replica admits many requests per round trip;
+    /// as room runs short, grants shrink to the need itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grant(
+        &mut self,
+        rank: RankId,
+        holder: RouterId,
+        need: u64,
+        line: u64,
+        committed: u64,
+        members: usize,
+        now: Timestamp,
+    ) -> GrantDecision {
+        let Some(owned) = self.ranks.get_mut(&rank) else {
+            return GrantDecision::NotOwned;
+        };
+        if now < owned.settled_at {
+            return GrantDecision::Settling;
+        }
+        for entry in owned.holders.values_mut() {
+            entry
+                .unacked
+                .retain(|&(_, _, at)| now.saturating_since(at) < GRANT_TTL);
+        }
+        let taken = owned.outstanding().max(committed);
+        let free = line.saturating_sub(taken);
+        if need > free || need == 0 {
+            return GrantDecision::NoRoom { free };
+        }
+        let share = free / (2 * members.max(1) as u64);
+        let blocks = need.max(share).min(free);
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        owned
+            .holders
+            .entry(holder)
+            .or_default()
+            .unacked
+            .push((seq, blocks, now));
+        debug_assert!(owned.outstanding() <= line.max(committed));
+        GrantDecision::Granted { blocks, seq }
+    }
+
+    /// A holder's statement of what it holds on `rank` (after a grant, a give-back, or
+    /// periodically). Older statements than the last one applied are ignored.
+    pub fn held(&mut self, holder: RouterId, report: HeldReport) {
+        let Some(owned) = self.ranks.get_mut(&report.rank) else {
+            return;
+        };
+        let entry = owned.holders.entry(holder).or_default();
+        if report.report_seq <= entry.report_seq {
+            return;
+        }
+        entry.report_seq = report.report_seq;
+        entry.reported = report.held;
+        entry
+            .unacked
+            .retain(|&(seq, _, _)| seq > report.seen_grant_seq);
+        if entry.reported == 0 && entry.unacked.is_empty() {
+            owned.holders.remove(&holder);
+        }
+    }
+
+    /// A holder left the pool (its lease ran out or it said goodbye): its credits are free.
+    pub fn holder_gone(&mut self, holder: RouterId) {
+        for owned in self.ranks.values_mut() {
+            owned.holders.remove(&holder);
+        }
+    }
+
+    pub fn snapshot(&self, now: Timestamp) -> Vec<OwnedRankSnapshot> {
+        let mut out: Vec<OwnedRankSnapshot> = self
+            .ranks
+            .iter()
+            .map(|(rank, owned)| OwnedRankSnapshot {
+                rank: *rank,
+                outstanding: owned.outstanding(),
+                holders: owned.holders.len(),
+                settling: now < owned.settled_at,
+            })
+            .collect();
+        out.sort_by_key(|s| s.rank);
+        out
+    }
+}
