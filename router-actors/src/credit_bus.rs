@@ -1,6 +1,6 @@
-//! Room credits across nodes (`router.decode.credits`): a courier task publishes what the
-//! decode router's credit agent says to its peers, and a subscriber task hands the messages
-//! addressed to this router to its decode actor. Asks, grants and reports are plain
+//! Room credits across nodes (`router.<pool>.credits`): a courier task publishes what the
+//! router's credit agent says to its peers, and a subscriber task hands the messages
+//! addressed to this router to its router actor (decode pool, or the aggregated pool). Asks, grants and reports are plain
 //! messages (no sequence of their own): a lost one is repaired by the next periodic report
 //! or a repeated ask (see `router_core::credits`).
 
@@ -8,8 +8,8 @@ use crate::bus::Bus;
 use crate::router::RouterHandle;
 use crate::wire::{self, CreditEnvelope, Outbox, Subjects, WireCounters};
 use futures::StreamExt;
-use router_core::RouterId;
 use router_core::credits::CreditOut;
+use router_core::{PoolRole, RouterId};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,16 +45,17 @@ impl CreditBusCounters {
     }
 }
 
-/// Publishes the decode router's credit messages, each addressed to one peer.
+/// Publishes the router's credit messages, each addressed to one peer.
 pub fn spawn_credit_publisher(
     bus: Arc<dyn Bus>,
     subjects: Subjects,
+    pool: PoolRole,
     me: RouterId,
     mut outgoing: mpsc::Receiver<CreditOut>,
     counters: Arc<CreditBusCounters>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let subject = subjects.credits();
+        let subject = subjects.credits(pool);
         let mut outbox = Outbox::new(subjects.cluster(), me.0);
         while let Some(out) = outgoing.recv().await {
             let body = CreditEnvelope {
@@ -75,15 +76,16 @@ pub fn spawn_credit_publisher(
     })
 }
 
-/// Hands credit messages addressed to `me` to the decode actor.
+/// Hands credit messages addressed to `me` to the pool's router actor.
 pub async fn spawn_credit_subscriber(
     bus: Arc<dyn Bus>,
     subjects: Subjects,
+    pool: PoolRole,
     me: RouterId,
-    decode: RouterHandle,
+    router: RouterHandle,
     counters: Arc<CreditBusCounters>,
 ) -> Result<JoinHandle<()>, crate::bus::BusError> {
-    let mut messages = bus.subscribe(subjects.credits()).await?;
+    let mut messages = bus.subscribe(subjects.credits(pool)).await?;
     let cluster = subjects.cluster().to_owned();
     Ok(tokio::spawn(async move {
         while let Some(message) = messages.next().await {
@@ -91,8 +93,8 @@ pub async fn spawn_credit_subscriber(
                 Ok(envelope) if envelope.body.to == me.0 && envelope.sender != me.0 => {
                     counters.received.fetch_add(1, Ordering::Relaxed);
                     let from = RouterId(envelope.sender);
-                    if decode.credit(from, envelope.body.msg).is_err() {
-                        tracing::debug!("decode actor gone; credit message dropped");
+                    if router.credit(from, envelope.body.msg).is_err() {
+                        tracing::debug!("router actor gone; credit message dropped");
                     }
                 }
                 Ok(_) => {}

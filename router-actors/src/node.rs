@@ -34,6 +34,7 @@ use crate::supervisor::{
 };
 use crate::wire::Subjects;
 use ractor::{Actor, ActorRef, SpawnErr};
+use router_core::credits::CreditAgent;
 use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig,
     SelectionConfig, SharedKvIndex,
@@ -88,9 +89,10 @@ pub struct NodeConfig {
     /// More children for the node's supervisor, started after its own actors and restarted
     /// under the same policy (a router node's engine links).
     pub extra_children: Vec<crate::supervisor::ChildSpec>,
-    /// Disaggregated: the decode pool's room is shared among replicas through room credits
-    /// (`router_core::credits`), so replicas admit as one gate. Off: each replica admits
-    /// against its own view (replicas may overshoot a decode fraction together).
+    /// The decode room (the decode pool, or the aggregated pool) is shared among replicas
+    /// through room credits (`router_core::credits`), so replicas admit as one gate. Off:
+    /// each replica admits against its own view (replicas may overshoot a decode fraction
+    /// together).
     pub room_credits: bool,
 }
 
@@ -198,15 +200,17 @@ impl Node {
                     decode,
                 })
             });
-            let credits = (pool == PoolRole::Decode
-                && config.room_credits
-                && config.topology == Topology::Disaggregated)
-                .then(|| {
+            let credits =
+                (config.room_credits && credit_pool(config.topology) == Some(pool)).then(|| {
                     let (out, outgoing) = mpsc::channel(CREDIT_QUEUE);
                     let (peers_tx, peers) = watch::channel(Vec::new());
-                    credit_link = Some((outgoing, peers_tx));
+                    credit_link = Some((pool, outgoing, peers_tx));
+                    let settle = config.peer_sync.heartbeat_every.saturating_mul(2);
                     CreditsArgs {
-                        settle: config.peer_sync.heartbeat_every.saturating_mul(2),
+                        agent: Arc::new(std::sync::Mutex::new(CreditAgent::new(
+                            config.router_id,
+                            settle,
+                        ))),
                         out,
                         peers,
                     }
@@ -256,8 +260,8 @@ impl Node {
                 rx,
             );
             args.config = config.peer_sync.clone();
-            if pool == PoolRole::Decode
-                && let Some((_, peers_tx)) = &credit_link
+            if let Some((credit_pool, _, peers_tx)) = &credit_link
+                && *credit_pool == pool
             {
                 args.peers = peers_tx.clone();
             }
@@ -334,13 +338,13 @@ impl Node {
                 .await?,
             );
         }
-        if let (Some((outgoing, _)), Some((_, decode))) = (
-            credit_link,
-            routers.iter().find(|(p, _)| *p == PoolRole::Decode),
-        ) {
+        if let Some((pool, outgoing, _)) = credit_link
+            && let Some((_, router)) = routers.iter().find(|(p, _)| *p == pool)
+        {
             tasks.push(spawn_credit_publisher(
                 Arc::clone(&bus),
                 subjects.clone(),
+                pool,
                 config.router_id,
                 outgoing,
                 Arc::clone(&credit_counters),
@@ -349,8 +353,9 @@ impl Node {
                 spawn_credit_subscriber(
                     Arc::clone(&bus),
                     subjects.clone(),
+                    pool,
                     config.router_id,
-                    decode.clone(),
+                    router.clone(),
                     Arc::clone(&credit_counters),
                 )
                 .await?,
@@ -437,6 +442,15 @@ impl Node {
         self.supervisor.stop(Some("node shutdown".into()));
         let _ = tokio::time::timeout(Duration::from_secs(5), self.alive.wait_for(|alive| !*alive))
             .await;
+    }
+}
+
+/// The pool whose room replicas share through credits: the decode pool of a disaggregated
+/// fleet, the one pool of an aggregated fleet.
+fn credit_pool(topology: Topology) -> Option<PoolRole> {
+    match topology {
+        Topology::Disaggregated => Some(PoolRole::Decode),
+        Topology::Aggregated => Some(PoolRole::Aggregated),
     }
 }
 

@@ -10,7 +10,6 @@
 //! actor) for the node's own prefill actor, and the `router.decode.room` subject for the others.
 
 use arc_swap::ArcSwap;
-use router_core::credits::CreditAgent;
 use router_core::ledger::{BestRoom, BookingLedger};
 use router_core::{ClassId, DecodeRoomView, Eligibility, RankId, RouterId};
 use serde::Serialize;
@@ -35,28 +34,14 @@ pub struct RoomSnapshot {
 impl RoomSnapshot {
     /// Reads what readers need from a decode ledger. `owners` are the routers whose
     /// reservation sequences readers ask about (this node, at least).
-    /// With `credits` (a replicated fleet), a rank's room is also bounded by the spare
-    /// credits this router holds there: a rank without spare credits shows no room, so the
-    /// gate waits (and asks for credits) even where the ledger shows room.
-    pub fn capture(
-        ledger: &BookingLedger,
-        classes: usize,
-        owners: &[RouterId],
-        credits: Option<&CreditAgent>,
-    ) -> Self {
+    pub fn capture(ledger: &BookingLedger, classes: usize, owners: &[RouterId]) -> Self {
         let tops = |filter: &Eligibility| {
             (0..classes)
-                .map(|c| {
-                    let top = ledger.top_decode_rooms(ClassId(c as u16), filter, TOP_RANKS);
-                    match credits {
-                        Some(credits) => within_credits(ledger, ClassId(c as u16), top, credits),
-                        None => top,
-                    }
-                })
+                .map(|c| ledger.top_decode_rooms(ClassId(c as u16), filter, TOP_RANKS))
                 .collect::<Vec<_>>()
         };
         Self {
-            room_epoch: ledger.room_epoch() + credits.map_or(0, CreditAgent::version),
+            room_epoch: ledger.room_epoch(),
             ledger_epoch: ledger.epoch(),
             applied: owners
                 .iter()
@@ -73,42 +58,6 @@ impl RoomSnapshot {
                 .collect(),
         }
     }
-}
-
-/// A class's best ranks bounded by spare credits: every rank with spare credits that the
-/// ledger's list allows (or, when the list is cut short, that the class has a line on), each
-/// at the lesser of its room and its spare credits; with none, the ledger's best rank at no
-/// room (the gate then waits for credits rather than seeing no rank at all).
-fn within_credits(
-    ledger: &BookingLedger,
-    class: ClassId,
-    top: Vec<(RankId, i64)>,
-    credits: &CreditAgent,
-) -> Vec<(RankId, i64)> {
-    let cut_short = top.len() >= TOP_RANKS;
-    let mut out: Vec<(RankId, i64)> = credits
-        .spares()
-        .filter_map(|(rank, spare)| {
-            let room = match top.iter().find(|(r, _)| *r == rank) {
-                Some((_, room)) => *room,
-                None if cut_short => match ledger.rank_decode_room(class, rank)? {
-                    (Some(line), committed) => {
-                        i64::try_from(line).unwrap_or(i64::MAX)
-                            - i64::try_from(committed).unwrap_or(i64::MAX)
-                    }
-                    (None, _) => i64::MAX,
-                },
-                None => return None,
-            };
-            Some((rank, room.min(i64::try_from(spare).unwrap_or(i64::MAX))))
-        })
-        .collect();
-    if out.is_empty()
-        && let Some((rank, room)) = top.first()
-    {
-        out.push((*rank, (*room).min(0)));
-    }
-    out
 }
 
 impl DecodeRoomView for RoomSnapshot {

@@ -1,19 +1,23 @@
-//! A decode router's room credits (see `router_core::credits`): the actor feeds its
-//! `CreditAgent` membership, ranks, the prefill gate's wants, own reservations, peers'
-//! credit messages and ticks, and hands what the agent says to the credit courier
-//! (`crate::credit_bus`), which publishes it for the peers it names.
+//! Room credits of a decode or aggregated router (see `router_core::credits`): the actor
+//! feeds its `CreditAgent` membership, ranks, the gate's wants (from the node's prefill
+//! router, or its own gate in an aggregated pool), peers' credit messages and ticks; writes
+//! the credits it holds into its ledger (where they bound the class headroom); and hands
+//! what the agent says to the credit courier (`crate::credit_bus`).
 
 use super::state::RouterState;
 use router_core::credits::{CreditAgent, CreditMsg, CreditOut, CreditSnapshot};
-use router_core::{BookingKey, DecodeReservation, RoomWant, RouterId};
-use std::time::Duration;
+use router_core::{RoomWant, RouterId};
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, watch};
 
-/// What a decode router needs to take part in room credits.
+/// A router's credit agent, kept across restarts of its actor (the credits it holds and
+/// has out must not be forgotten by a restart: owners would count them forever).
+pub type SharedAgent = Arc<Mutex<CreditAgent>>;
+
+/// What a decode or aggregated router needs to take part in room credits.
 #[derive(Debug, Clone)]
 pub struct CreditsArgs {
-    /// How long a rank whose ownership moved here grants nothing while holders report.
-    pub settle: Duration,
+    pub agent: SharedAgent,
     /// Messages for peers, to the credit courier. Bounded: overflow is dropped and counted
     /// (periodic reports repair it).
     pub out: mpsc::Sender<CreditOut>,
@@ -22,24 +26,32 @@ pub struct CreditsArgs {
 }
 
 pub(super) struct CreditsState {
-    pub(super) agent: CreditAgent,
+    agent: SharedAgent,
     out: mpsc::Sender<CreditOut>,
     /// Ledger epoch of the last reconcile (nothing to reconcile while it has not moved).
     reconciled: Option<u64>,
     /// Ranks of the pool when last told to the agent.
     ranks_seen: usize,
+    /// The agent's version when last applied to the ledger.
+    applied_version: u64,
     pub(super) dropped: u64,
 }
 
 impl CreditsState {
-    pub(super) fn new(me: RouterId, args: &CreditsArgs) -> Self {
+    pub(super) fn new(args: &CreditsArgs) -> Self {
         Self {
-            agent: CreditAgent::new(me, args.settle),
+            agent: Arc::clone(&args.agent),
             out: args.out.clone(),
             reconciled: None,
             ranks_seen: usize::MAX,
+            applied_version: 0,
             dropped: 0,
         }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut CreditAgent) -> R) -> R {
+        let mut agent = self.agent.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut agent)
     }
 
     fn send(&mut self, outs: Vec<CreditOut>) {
@@ -52,26 +64,36 @@ impl CreditsState {
 }
 
 impl RouterState {
+    /// Takes part in room credits: the ledger's headroom is bounded by the credits the
+    /// (possibly older) agent holds.
+    pub(super) fn start_credits(&mut self, args: &CreditsArgs) {
+        self.router.enable_credits();
+        let credits = CreditsState::new(args);
+        let held = credits.with(|a| a.all_held());
+        self.router.apply_credits(held, false);
+        self.credits = Some(credits);
+        let peers = args.peers.borrow().clone();
+        self.credit_peers(peers);
+    }
+
     /// The pool's live peers changed.
     pub(super) fn credit_peers(&mut self, peers: Vec<RouterId>) {
         let now = self.clock().now();
         if let Some(credits) = &mut self.credits {
-            let outs = credits.agent.set_peers(peers, now);
+            let outs = credits.with(|a| a.set_peers(peers, now));
             credits.send(outs);
         }
     }
 
-    /// Prefill gate: requests wait for decode room; fetch credits for them.
+    /// Requests wait at the gate for decode room; fetch credits for them.
     pub(super) fn want_room(&mut self, wants: Vec<RoomWant>) {
         let now = self.clock().now();
         let Some(credits) = &mut self.credits else {
             return;
         };
         let ledger = self.router.ledger();
-        let outs: Vec<CreditOut> = wants
-            .iter()
-            .flat_map(|w| credits.agent.want(w, ledger, now))
-            .collect();
+        let outs: Vec<CreditOut> =
+            credits.with(|a| wants.iter().flat_map(|w| a.want(w, ledger, now)).collect());
         credits.send(outs);
     }
 
@@ -80,24 +102,14 @@ impl RouterState {
         let Some(credits) = &mut self.credits else {
             return;
         };
-        let outs = credits.agent.receive(from, msg, self.router.ledger(), now);
+        let ledger = self.router.ledger();
+        let outs = credits.with(|a| a.receive(from, msg, ledger, now));
         credits.send(outs);
     }
 
-    /// An own reservation was taken on the decode ledger: it uses credits.
-    pub(super) fn credit_reserved(&mut self, res: &DecodeReservation) {
-        let me = self.owner();
-        if let Some(credits) = &mut self.credits
-            && res.key.owner == me
-        {
-            credits
-                .agent
-                .reserved(BookingKey::new(me, res.key.request), res.rank, res.blocks);
-        }
-    }
-
-    /// After every message: tell the agent about new or gone ranks, and free the credits of
-    /// own requests that ended.
+    /// After every message: tell the agent about new or gone ranks, free the credits of own
+    /// requests that ended, and write the credits held into the ledger. Drains when that
+    /// may have opened the gate.
     pub(super) fn credit_upkeep(&mut self) {
         let now = self.clock().now();
         let Some(credits) = &mut self.credits else {
@@ -106,28 +118,36 @@ impl RouterState {
         let ledger = self.router.ledger();
         if credits.ranks_seen != ledger.rank_count() {
             credits.ranks_seen = ledger.rank_count();
-            let outs = credits
-                .agent
-                .set_ranks(ledger.rank_ids().collect::<Vec<_>>(), now);
+            let ranks: Vec<_> = ledger.rank_ids().collect();
+            let outs = credits.with(|a| a.set_ranks(ranks, now));
             credits.send(outs);
         }
         if credits.reconciled != Some(ledger.epoch()) {
-            credits.reconciled = Some(ledger.epoch());
-            let outs = credits.agent.reconcile(ledger);
+            let outs = credits.with(|a| a.reconcile(ledger));
             credits.send(outs);
+        }
+        let (held, version) = credits.with(|a| (a.take_held_changes(), a.version()));
+        let grew = version != credits.applied_version;
+        credits.applied_version = version;
+        let opened = self.router.apply_credits(held, grew);
+        if let Some(credits) = &mut self.credits {
+            credits.reconciled = Some(self.router.ledger().epoch());
+        }
+        if opened {
+            self.drain();
         }
     }
 
     pub(super) fn credit_tick(&mut self) {
         let now = self.clock().now();
         if let Some(credits) = &mut self.credits {
-            let outs = credits.agent.tick(now);
+            let outs = credits.with(|a| a.tick(now));
             credits.send(outs);
         }
     }
 
     pub(super) fn credit_snapshot(&self) -> Option<CreditSnapshot> {
         let now = self.clock().now();
-        self.credits.as_ref().map(|c| c.agent.snapshot(now))
+        self.credits.as_ref().map(|c| c.with(|a| a.snapshot(now)))
     }
 }

@@ -16,7 +16,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use credits::CreditsArgs;
+pub use credits::{CreditsArgs, SharedAgent};
 pub use handle::{ActorGone, RouteError, RouterHandle};
 pub use state::{OwnState, OwnerDigest, RouterCounters, RouterSnapshot};
 
@@ -213,9 +213,7 @@ impl Actor for RouterActor {
             state.upsert_worker(spec);
         }
         if let Some(credits) = &args.credits {
-            state.credits = Some(credits::CreditsState::new(state.owner(), credits));
-            let peers = credits.peers.borrow().clone();
-            state.credit_peers(peers);
+            state.start_credits(credits);
             spawn_peers_listener(myself.clone(), credits.peers.clone());
         }
         state.restore(restore);

@@ -29,7 +29,6 @@ impl RouterState {
     pub(super) fn reserve(&mut self, res: DecodeReservation) {
         let now = self.clock().now();
         if let Some(delta) = self.router.hold_reservation(res, now) {
-            self.credit_reserved(&res);
             self.emit(delta);
         }
     }

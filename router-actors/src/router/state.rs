@@ -97,8 +97,6 @@ pub struct RouterState {
     pub(super) peer_lag: LagRecorder,
     /// Decode pool in a replicated fleet: room credits (see `super::credits`).
     pub(super) credits: Option<super::credits::CreditsState>,
-    /// The credit version last published with the room.
-    published_credits: Option<u64>,
 }
 
 impl std::fmt::Debug for RouterState {
@@ -135,7 +133,6 @@ impl RouterState {
             counters: RouterCounters::default(),
             peer_lag: LagRecorder::default(),
             credits: None,
-            published_credits: None,
         }
     }
 
@@ -414,21 +411,23 @@ impl RouterState {
                 let _ = paired.decode.want_room(wants);
             }
         }
-        self.credit_upkeep();
+        // An aggregated pool with credits: its own gate's wants, and the credits they bring
+        // (a drain in between may leave new wants: one more round).
+        for _ in 0..2 {
+            if self.credits.is_some() && self.paired.is_none() {
+                let wants = self.router.take_room_wants();
+                if !wants.is_empty() {
+                    self.want_room(wants);
+                }
+            }
+            self.credit_upkeep();
+        }
         if let Some(out) = &self.room_out {
             let ledger = self.router.ledger();
-            let credits = self.credits.as_ref().map(|c| &c.agent);
-            let version = credits.map(|c| c.version());
-            if self.published_epoch != Some(ledger.epoch()) || self.published_credits != version {
+            if self.published_epoch != Some(ledger.epoch()) {
                 let classes = self.router.scheduler().profile().classes().len();
-                out.publish(RoomSnapshot::capture(
-                    ledger,
-                    classes,
-                    &[self.owner()],
-                    credits,
-                ));
+                out.publish(RoomSnapshot::capture(ledger, classes, &[self.owner()]));
                 self.published_epoch = Some(ledger.epoch());
-                self.published_credits = version;
             }
         }
         let next = self.router.scheduler().next_deadline();

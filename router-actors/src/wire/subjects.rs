@@ -52,10 +52,10 @@ impl Subjects {
         format!("{}.router.{}.snapshot", self.cluster, pool_token(pool))
     }
 
-    /// `router.decode.credits`: room credits between decode routers (asks, grants, reports),
-    /// each message naming the router it is for.
-    pub fn credits(&self) -> String {
-        format!("{}.router.decode.credits", self.cluster)
+    /// `router.<pool>.credits`: room credits between a pool's routers (asks, grants,
+    /// reports), each message naming the router it is for.
+    pub fn credits(&self, pool: PoolRole) -> String {
+        format!("{}.router.{}.credits", self.cluster, pool_token(pool))
     }
 
     /// `router.decode.room`: RoomChanged from decode routers to every prefill queue.

@@ -60,9 +60,11 @@ impl GateCtx<'_> {
                 } else {
                     0
                 };
-                self.ledger
-                    .class_gate(class, need, &request.eligibility)
-                    .map(|()| none)
+                let gate = self.ledger.class_gate(class, need, &request.eligibility);
+                if gate == Err(GateClosed::DecodeFull) && self.ledger.credits_enabled() {
+                    self.want(request, i64::try_from(need).unwrap_or(i64::MAX));
+                }
+                gate.map(|()| none)
             }
             PoolRole::Prefill => {
                 self.ledger.class_gate(class, 0, &request.eligibility)?;

@@ -7,8 +7,8 @@ use super::{CreditHolder, CreditOwner, GrantDecision, HeldRankSnapshot, HeldRepo
 use super::{OwnedRankSnapshot, owner_of};
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
-use crate::ids::{BookingKey, ClassId, RankId, RouterId};
-use crate::ledger::{BestRoom, BookingLedger};
+use crate::ids::{ClassId, RankId, RouterId};
+use crate::ledger::BookingLedger;
 use crate::time::Timestamp;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -195,11 +195,12 @@ impl CreditAgent {
             None => Eligibility::ANY,
         };
         let need = i64::try_from(want.need).unwrap_or(i64::MAX);
-        let rank = match ledger.best_decode_room(want.class, &filter, &[]) {
-            BestRoom::Best { rank, headroom } if headroom >= need => rank,
+        let rank = match ledger.best_room_without_credits(want.class, &filter) {
+            Some((rank, room)) if room >= need => rank,
             // The pool itself is full as far as this replica can see: wait for room.
             _ => return Vec::new(),
         };
+        self.holder.set_used(rank, ledger.own_blocks(rank));
         let missing = want.need.saturating_sub(self.holder.spare(rank));
         if missing == 0 {
             return Vec::new();
@@ -312,34 +313,33 @@ impl CreditAgent {
         }
     }
 
-    /// An own reservation took `blocks` on `rank` for a request.
-    pub fn reserved(&mut self, key: BookingKey, rank: RankId, blocks: u64) {
-        debug_assert_eq!(key.owner, self.me);
-        self.holder.consume(key.request, rank, blocks);
-    }
-
-    /// Frees the credits of own requests the ledger no longer holds (released, cancelled,
-    /// expired) and gives them back to their owners.
+    /// Follows what own bookings and reservations take on each rank with credits (the
+    /// ledger counts it), and gives back the credits of those that ended (released,
+    /// cancelled, expired) at once; spare credits from before stay for the next request.
     pub fn reconcile(&mut self, ledger: &BookingLedger) -> Vec<CreditOut> {
-        let ended: Vec<_> = self
-            .holder
-            .users()
-            .filter(|request| {
-                let key = BookingKey::new(self.me, *request);
-                ledger.booking(&key).is_none() && ledger.reservation(&key).is_none()
-            })
-            .collect();
+        let ranks: Vec<RankId> = self.holder.ranks().collect();
         let mut out = Vec::new();
-        for request in ended {
-            let Some(rank) = self.holder.use_rank(request) else {
-                continue;
-            };
-            // Spare credits from before (a grant not used yet) stay; the request's go back.
-            let keep = self.holder.spare(rank);
-            self.holder.release(request);
-            out.extend(self.give_back(rank, keep));
+        for rank in ranks {
+            let spare_before = self.holder.spare(rank);
+            if self.holder.set_used(rank, ledger.own_blocks(rank)) > 0 {
+                out.extend(self.give_back(rank, spare_before));
+            }
         }
         out
+    }
+
+    /// Every rank's held credits (for a ledger built afresh).
+    pub fn all_held(&self) -> Vec<(RankId, u64)> {
+        self.holder
+            .held_ranks()
+            .map(|(rank, _)| (rank, self.holder.held(rank)))
+            .collect()
+    }
+
+    /// Ranks whose held credits changed since the last call, with what is held now (for
+    /// the ledger, whose headroom they bound).
+    pub fn take_held_changes(&mut self) -> Vec<(RankId, u64)> {
+        self.holder.take_changes()
     }
 
     /// Gives back spare credits on `rank` beyond `keep`.

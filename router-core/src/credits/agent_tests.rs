@@ -43,6 +43,7 @@ fn replica(n: u128) -> Replica {
             .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
             .expect("a valid worker");
     }
+    ledger.enable_credits(id);
     let mut agent = CreditAgent::new(id, Duration::from_millis(5));
     agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
     Replica {
@@ -71,6 +72,15 @@ fn fleet() -> (Vec<Replica>, VecDeque<(RouterId, CreditOut)>) {
     (replicas, wire)
 }
 
+/// What the actor does after every message: the ledger learns the credits held.
+fn sync(replicas: &mut [Replica]) {
+    for r in replicas.iter_mut() {
+        for (rank, held) in r.agent.take_held_changes() {
+            r.ledger.set_credit_held(rank, held);
+        }
+    }
+}
+
 fn ask(
     replicas: &mut [Replica],
     at: usize,
@@ -82,6 +92,7 @@ fn ask(
     for out in r.agent.want(want, &r.ledger, now) {
         wire.push_back((r.id, out));
     }
+    sync(replicas);
 }
 
 fn deliver_all(
@@ -97,12 +108,21 @@ fn deliver_all(
             wire.push_back((to.id, reply));
         }
     }
+    sync(replicas);
 }
 
-/// Admits what spare credits allow on `replica`: reserves `need` on the first rank with
-/// enough spare, in its own ledger and in every peer's (peer sync, delivered at once here).
+/// Admits what the replica's own ledger allows (its room bounded by its credits): reserves
+/// `need` on its best rank, in its own ledger and in every peer's (peer sync, delivered at
+/// once here).
 fn admit(replicas: &mut [Replica], at: usize, need: u64) -> Option<RequestId> {
-    let (rank, _) = replicas[at].agent.spares().find(|(_, s)| *s >= need)?;
+    let rank =
+        match replicas[at]
+            .ledger
+            .best_decode_room(INTERACTIVE, &crate::Eligibility::ANY, &[])
+        {
+            crate::ledger::BestRoom::Best { rank, headroom } if headroom >= need as i64 => rank,
+            _ => return None,
+        };
     replicas[at].next += 1;
     let request = RequestId(uuid::Uuid::from_u128(replicas[at].next));
     let key = BookingKey::new(replicas[at].id, request);
@@ -112,10 +132,11 @@ fn admit(replicas: &mut [Replica], at: usize, need: u64) -> Option<RequestId> {
         expires_at: Timestamp::from_millis(600_000),
         seq: 0,
     };
-    replicas[at].agent.reserved(key, rank, need);
     for r in replicas.iter_mut() {
         r.ledger.reserve(key, reservation);
     }
+    let r = &mut replicas[at];
+    assert!(r.agent.reconcile(&r.ledger).is_empty(), "nothing ended");
     Some(request)
 }
 
@@ -190,6 +211,7 @@ fn credits_of_an_ended_request_go_back_and_serve_another_replica() {
     for out in r0.agent.reconcile(&r0.ledger) {
         wire.push_back((id0, out));
     }
+    sync(&mut replicas);
     deliver_all(&mut replicas, &mut wire, now);
     let later = Timestamp::from_millis(10) + ASK_TIMEOUT;
     ask(&mut replicas, 1, &big, later, &mut wire);

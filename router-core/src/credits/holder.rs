@@ -1,7 +1,7 @@
 //! The holder's side of room credits: what this router holds on each decode rank, how much
 //! of it its own reservations and bookings use, and the reports that tell each owner.
 
-use crate::ids::{RankId, RequestId, RouterId};
+use crate::ids::{RankId, RouterId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -33,14 +33,16 @@ pub struct HeldRankSnapshot {
     pub used: u64,
 }
 
-/// Credits this router holds, per decode rank, and its own requests using them.
+/// Credits this router holds, per decode rank, and how much of them its own bookings and
+/// reservations use (as the ledger counts them).
 #[derive(Debug, Clone, Default)]
 pub struct CreditHolder {
     ranks: FxHashMap<RankId, HeldRank>,
-    uses: FxHashMap<RequestId, (RankId, u64)>,
     report_seq: u64,
-    /// Grants accepted so far (a room signal: spare credits may have grown).
+    /// Grants accepted so far.
     grants: u64,
+    /// Ranks whose held credits changed since the last `take_changes`.
+    changed: Vec<RankId>,
 }
 
 impl CreditHolder {
@@ -72,6 +74,14 @@ impl CreditHolder {
         self.ranks.get(&rank).and_then(|r| r.owner)
     }
 
+    /// Ranks whose held credits changed since the last call, with what is held now.
+    pub fn take_changes(&mut self) -> Vec<(RankId, u64)> {
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.sort_unstable();
+        changed.dedup();
+        changed.into_iter().map(|r| (r, self.held(r))).collect()
+    }
+
     /// The owner of `rank` is now `owner`: grants are counted afresh in its sequence. Returns
     /// the report to send it when this router holds credits there.
     pub fn set_owner(&mut self, rank: RankId, owner: RouterId) -> Option<HeldReport> {
@@ -100,37 +110,27 @@ impl CreditHolder {
         entry.seen = seq;
         entry.held = entry.held.saturating_add(blocks);
         self.grants += 1;
+        self.changed.push(rank);
         self.report(rank)
     }
 
-    /// An own reservation of `blocks` on `rank` for `request` uses credits.
-    pub fn consume(&mut self, request: RequestId, rank: RankId, blocks: u64) {
-        if let Some((old_rank, old_blocks)) = self.uses.insert(request, (rank, blocks))
-            && let Some(entry) = self.ranks.get_mut(&old_rank)
-        {
-            entry.used = entry.used.saturating_sub(old_blocks);
-        }
-        let entry = self.ranks.entry(rank).or_default();
-        entry.used = entry.used.saturating_add(blocks);
+    /// Own bookings and reservations now take `used` blocks on `rank`. Returns how many
+    /// blocks they gave up since the last call (credits that may go back).
+    pub fn set_used(&mut self, rank: RankId, used: u64) -> u64 {
+        let Some(entry) = self.ranks.get_mut(&rank) else {
+            return 0;
+        };
+        let freed = entry.used.saturating_sub(used);
+        entry.used = used;
+        freed
     }
 
-    /// The request's reservation or booking ended: its credits are spare again.
-    pub fn release(&mut self, request: RequestId) -> Option<RankId> {
-        let (rank, blocks) = self.uses.remove(&request)?;
-        if let Some(entry) = self.ranks.get_mut(&rank) {
-            entry.used = entry.used.saturating_sub(blocks);
-        }
-        Some(rank)
-    }
-
-    /// The rank an own request uses credits on.
-    pub fn use_rank(&self, request: RequestId) -> Option<RankId> {
-        self.uses.get(&request).map(|(rank, _)| *rank)
-    }
-
-    /// Own requests using credits.
-    pub fn users(&self) -> impl Iterator<Item = RequestId> + '_ {
-        self.uses.keys().copied()
+    /// Ranks this router holds or uses credits on.
+    pub fn ranks(&self) -> impl Iterator<Item = RankId> + '_ {
+        self.ranks
+            .iter()
+            .filter(|(_, r)| r.held > 0 || r.used > 0)
+            .map(|(rank, _)| *rank)
     }
 
     /// Gives back spare credits on `rank` beyond `keep`; the report tells the owner.
@@ -141,6 +141,7 @@ impl CreditHolder {
             return None;
         }
         entry.held = target;
+        self.changed.push(rank);
         self.report(rank)
     }
 
@@ -165,10 +166,9 @@ impl CreditHolder {
             .map(|(rank, r)| (*rank, r.owner))
     }
 
-    /// A rank left the pool: its credits and uses are dropped.
+    /// A rank left the pool: its credits are dropped.
     pub fn forget_rank(&mut self, rank: RankId) {
         self.ranks.remove(&rank);
-        self.uses.retain(|_, (r, _)| *r != rank);
     }
 
     pub fn snapshot(&self) -> Vec<HeldRankSnapshot> {

@@ -1,7 +1,6 @@
 //! Room credits: the owner never has more out than the line, whatever order messages take.
 
 use super::*;
-use crate::ids::RequestId;
 use crate::time::Timestamp;
 use proptest::prelude::*;
 use std::collections::VecDeque;
@@ -74,9 +73,13 @@ fn a_grant_fits_under_the_line_and_a_give_back_frees_it() {
         owner.grant(RANK, other, 200, 512, 400, 1_000, now),
         GrantDecision::NoRoom { free: 112 }
     );
-    holder.consume(RequestId(uuid::Uuid::from_u128(7)), RANK, 300);
+    holder.set_used(RANK, 300);
     assert_eq!(holder.spare(RANK), 0);
-    holder.release(RequestId(uuid::Uuid::from_u128(7)));
+    assert_eq!(
+        holder.set_used(RANK, 0),
+        300,
+        "the request's blocks are freed"
+    );
     let back = holder
         .give_back(RANK, 0)
         .expect("a report of the give-back");
@@ -216,8 +219,7 @@ proptest! {
         }
         let mut to_owner: VecDeque<ToOwner> = VecDeque::new();
         let mut to_holder: Vec<VecDeque<(u64, u64)>> = vec![VecDeque::new(); 3];
-        let mut live: Vec<VecDeque<(RequestId, u64)>> = vec![VecDeque::new(); 3];
-        let mut next_request = 0u64;
+        let mut live: Vec<VecDeque<u64>> = vec![VecDeque::new(); 3];
         for s in steps {
             match s {
                 Step::Ask { h, need } => to_owner.push_back(ToOwner::Ask { h, need }),
@@ -242,14 +244,13 @@ proptest! {
                 Step::Use { h } => {
                     let spare = holders[h].spare(RANK);
                     if spare > 0 {
-                        next_request += 1;
-                        holders[h].consume(RequestId(uuid::Uuid::from_u64_pair(0, next_request)), RANK, spare);
-                        live[h].push_back((RequestId(uuid::Uuid::from_u64_pair(0, next_request)), spare));
+                        live[h].push_back(spare);
+                        holders[h].set_used(RANK, live[h].iter().sum());
                     }
                 }
                 Step::End { h } => {
-                    if let Some((request, _)) = live[h].pop_front() {
-                        holders[h].release(request);
+                    if live[h].pop_front().is_some() {
+                        holders[h].set_used(RANK, live[h].iter().sum());
                     }
                     if let Some(report) = holders[h].give_back(RANK, 0) {
                         to_owner.push_back(ToOwner::Held { h, report });

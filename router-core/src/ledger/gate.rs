@@ -145,6 +145,28 @@ impl BookingLedger {
         }
     }
 
+    /// The eligible rank with the most room under the class line, ignoring room credits:
+    /// where asking for credits can help. `None` when no eligible rank has a line.
+    pub fn best_room_without_credits(
+        &self,
+        class: ClassId,
+        filter: &Eligibility,
+    ) -> Option<(RankId, i64)> {
+        let c = class.index();
+        let policy = self.classes.get(c)?;
+        self.eligible_slots(filter)
+            .filter_map(|slot| {
+                let rank = self.rank(slot)?;
+                let line = policy.decode_room_line(rank.total_kv_blocks)?;
+                Some((
+                    saturating_i64(line) - saturating_i64(rank.committed_blocks()),
+                    rank.id,
+                ))
+            })
+            .max()
+            .map(|(room, rank)| (rank, room))
+    }
+
     /// One rank's decode line for the class (`None`: the class has no line there) and the
     /// blocks committed on it (booked and reserved, every router's). `None` for an unknown
     /// rank.

@@ -80,6 +80,11 @@ pub enum ReserveResult {
     UnknownRank,
 }
 
+/// What one booking takes out of its owner's credits: every block whole.
+fn own_size(booking: &Booking) -> u64 {
+    booking.block_hashes.len() as u64 + booking.extra_blocks
+}
+
 #[derive(Debug)]
 struct Held {
     booking: Booking,
@@ -102,6 +107,9 @@ pub struct BookingLedger {
     reservations: FxHashMap<BookingKey, (Reservation, usize)>,
     expiries: BTreeSet<(Timestamp, BookingKey)>,
     applied_seq: FxHashMap<RouterId, u64>,
+    /// Room credits on: this router's own bookings and reservations are counted per rank
+    /// against the credits it holds there (`crate::credits`).
+    credit_owner: Option<RouterId>,
     /// Per class: a rank's headroom where it is eligible and not prefill-busy, else MIN.
     open: Vec<MaxTree<i64>>,
     /// Per class: a rank's headroom where it is eligible (prefill load ignored), else MIN.
@@ -162,6 +170,7 @@ impl BookingLedger {
             reservations: FxHashMap::default(),
             expiries: BTreeSet::new(),
             applied_seq: FxHashMap::default(),
+            credit_owner: None,
             open: (0..n).map(|_| MaxTree::new(1, i64::MIN)).collect(),
             room: (0..n).map(|_| MaxTree::new(1, i64::MIN)).collect(),
             busy_counts: vec![0; n],
@@ -221,7 +230,11 @@ impl BookingLedger {
             return BookResult::UnknownRank;
         };
         let converted = self.drop_reservation(&key).is_some();
+        let own = self.credit_owner == Some(key.owner);
         let rank = self.rank_mut(slot);
+        if own {
+            rank.own_blocks += own_size(&booking);
+        }
         rank.add_blocks(&booking.block_hashes);
         rank.prefill_tokens += booking.prefill_tokens;
         rank.private_blocks += booking.extra_blocks;
@@ -259,7 +272,11 @@ impl BookingLedger {
     pub fn release(&mut self, key: &BookingKey) -> Option<RankId> {
         if let Some(held) = self.bookings.remove(key) {
             let slot = held.slot;
+            let own = self.credit_owner == Some(key.owner);
             let rank = self.rank_mut(slot);
+            if own {
+                rank.own_blocks -= own_size(&held.booking);
+            }
             rank.remove_blocks(&held.booking.block_hashes);
             rank.prefill_tokens -= held.booking.prefill_tokens;
             rank.private_blocks -= held.booking.extra_blocks;
@@ -289,7 +306,12 @@ impl BookingLedger {
             self.counters.unknown_rank += 1;
             return ReserveResult::UnknownRank;
         };
-        self.rank_mut(slot).reserved_blocks += reservation.blocks;
+        let own = self.credit_owner == Some(key.owner);
+        let rank = self.rank_mut(slot);
+        rank.reserved_blocks += reservation.blocks;
+        if own {
+            rank.own_blocks += reservation.blocks;
+        }
         self.expiries.insert((reservation.expires_at, key));
         self.reservations.insert(key, (reservation, slot));
         self.refresh(slot);
@@ -349,6 +371,82 @@ impl BookingLedger {
         booked.len() + reserved.len()
     }
 
+    /// Turns room credits on for `owner` (this router): from now on every rank's class
+    /// headroom is also bounded by the credits held there less what `owner`'s own bookings
+    /// and reservations take, and a rank starts with no credits.
+    pub fn enable_credits(&mut self, owner: RouterId) {
+        if self.credit_owner == Some(owner) {
+            return;
+        }
+        self.credit_owner = Some(owner);
+        let own: Vec<(usize, u64)> = self
+            .bookings
+            .iter()
+            .filter(|(k, _)| k.owner == owner)
+            .map(|(_, h)| (h.slot, own_size(&h.booking)))
+            .chain(
+                self.reservations
+                    .iter()
+                    .filter(|(k, _)| k.owner == owner)
+                    .map(|(_, (r, slot))| (*slot, r.blocks)),
+            )
+            .collect();
+        for slot in 0..self.slots.len() {
+            if let Some(rank) = self.slots[slot].as_mut() {
+                rank.credit_held = Some(0);
+                rank.own_blocks = 0;
+            }
+        }
+        for (slot, blocks) in own {
+            self.rank_mut(slot).own_blocks += blocks;
+        }
+        for slot in 0..self.slots.len() {
+            self.refresh(slot);
+        }
+        self.epoch += 1;
+    }
+
+    pub fn credits_enabled(&self) -> bool {
+        self.credit_owner.is_some()
+    }
+
+    /// The credits this router now holds on `rank` (credits on). Raises the room epoch
+    /// when they grew.
+    pub fn set_credit_held(&mut self, rank: RankId, held: u64) {
+        if self.credit_owner.is_none() {
+            return;
+        }
+        let Some(&slot) = self.by_rank.get(&rank) else {
+            return;
+        };
+        let state = self.rank_mut(slot);
+        let before = state.credit_held.unwrap_or(0);
+        if state.credit_held == Some(held) {
+            return;
+        }
+        state.credit_held = Some(held);
+        self.refresh(slot);
+        self.epoch += 1;
+        if held > before {
+            self.room_epoch += 1;
+        }
+    }
+
+    /// Blocks this router's own bookings and reservations take on `rank` (credits on).
+    pub fn own_blocks(&self, rank: RankId) -> u64 {
+        self.by_rank
+            .get(&rank)
+            .and_then(|slot| self.rank(*slot))
+            .map_or(0, |r| r.own_blocks)
+    }
+
+    /// Decode room may have grown elsewhere (credits given back to this router as owner):
+    /// raise the room epoch so waiting gates look again.
+    pub fn raise_room_epoch(&mut self) {
+        self.room_epoch += 1;
+        self.epoch += 1;
+    }
+
     /// Every live booking key of `owner` (for digests and snapshots).
     /// Every live reservation of `owner`.
     pub fn reservations_of(
@@ -371,7 +469,12 @@ impl BookingLedger {
     fn drop_reservation(&mut self, key: &BookingKey) -> Option<RankId> {
         let (res, slot) = self.reservations.remove(key)?;
         self.expiries.remove(&(res.expires_at, *key));
-        self.rank_mut(slot).reserved_blocks -= res.blocks;
+        let own = self.credit_owner == Some(key.owner);
+        let rank = self.rank_mut(slot);
+        rank.reserved_blocks -= res.blocks;
+        if own {
+            rank.own_blocks -= res.blocks;
+        }
         self.refresh(slot);
         Some(res.rank)
     }

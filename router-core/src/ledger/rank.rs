@@ -30,6 +30,12 @@ pub(crate) struct RankState {
     pub private_blocks: u64,
     pub reserved_blocks: u64,
     pub requests: u32,
+    /// Room credits (see `crate::credits`): the credits this router holds on the rank, when
+    /// credits are on. The class headroom is then also bounded by `held - own`.
+    pub credit_held: Option<u64>,
+    /// Blocks this router's own bookings and reservations take here, each counted whole
+    /// (no prefix sharing): what its credits must cover.
+    pub own_blocks: u64,
     /// Over a router-wide reject threshold.
     pub over: bool,
     /// Prefill-busy per class, as last counted.
@@ -55,6 +61,8 @@ impl RankState {
             private_blocks: 0,
             reserved_blocks: 0,
             requests: 0,
+            credit_held: None,
+            own_blocks: 0,
             over: false,
             busy: vec![false; classes.len()],
             lines: Vec::new(),
@@ -92,7 +100,18 @@ impl RankState {
     pub(crate) fn headroom(&self, class: usize) -> i64 {
         match self.lines[class].decode_room {
             None => i64::MAX,
-            Some(line) => saturating_i64(line) - saturating_i64(self.committed_blocks()),
+            Some(line) => {
+                let room = saturating_i64(line) - saturating_i64(self.committed_blocks());
+                room.min(self.credit_room())
+            }
+        }
+    }
+
+    /// What this router's spare credits allow (`i64::MAX` with credits off).
+    pub(crate) fn credit_room(&self) -> i64 {
+        match self.credit_held {
+            None => i64::MAX,
+            Some(held) => saturating_i64(held) - saturating_i64(self.own_blocks),
         }
     }
 

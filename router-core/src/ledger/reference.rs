@@ -73,10 +73,9 @@ impl<'a> ReferenceGate<'a> {
     fn headroom(policy: &ClassPolicy, r: &RankState) -> i64 {
         match policy.decode_room_line(r.total_kv_blocks) {
             None => i64::MAX,
-            Some(line) => {
-                saturating_i64(line)
-                    - saturating_i64(r.blocks.len() as u64 + r.private_blocks + r.reserved_blocks)
-            }
+            Some(line) => (saturating_i64(line)
+                - saturating_i64(r.blocks.len() as u64 + r.private_blocks + r.reserved_blocks))
+            .min(r.credit_room()),
         }
     }
 

@@ -279,6 +279,46 @@ fn the_gate_names_why_it_is_closed() {
 }
 
 #[test]
+fn with_credits_on_the_room_is_what_the_credits_cover() {
+    let mut l = ledger_with(&[(1, 1, 100)]);
+    let r = RankId::new(1, 0);
+    let interactive = ClassId(0);
+    // A peer's booking before credits: it counts against the line, not against A's credits.
+    l.book(key(B, 1), booking(r, &(0..10).collect::<Vec<_>>(), 0));
+    l.enable_credits(A);
+    assert_eq!(
+        l.class_gate(interactive, 1, &Eligibility::ANY),
+        Err(GateClosed::DecodeFull),
+        "no credits, no room"
+    );
+    let epoch = l.room_epoch();
+    l.set_credit_held(r, 30);
+    assert!(l.room_epoch() > epoch, "more credits raise the room epoch");
+    assert_eq!(l.class_gate(interactive, 30, &Eligibility::ANY), Ok(()));
+    assert_eq!(
+        l.class_gate(interactive, 31, &Eligibility::ANY),
+        Err(GateClosed::DecodeFull)
+    );
+    // A books 20 blocks (3 of them shared with B's): its credits cover all 20.
+    l.book(key(A, 2), booking(r, &(7..27).collect::<Vec<_>>(), 0));
+    assert_eq!(l.own_blocks(r), 20);
+    assert_eq!(l.class_gate(interactive, 10, &Eligibility::ANY), Ok(()));
+    assert_eq!(
+        l.class_gate(interactive, 11, &Eligibility::ANY),
+        Err(GateClosed::DecodeFull)
+    );
+    // The line still binds: 50 - 27 committed = 23 < 40 spare credits.
+    l.set_credit_held(r, 60);
+    assert_eq!(l.class_gate(interactive, 23, &Eligibility::ANY), Ok(()));
+    assert_eq!(
+        l.class_gate(interactive, 24, &Eligibility::ANY),
+        Err(GateClosed::DecodeFull)
+    );
+    l.release(&key(A, 2));
+    assert_eq!(l.own_blocks(r), 0);
+}
+
+#[test]
 fn the_busy_ratio_closes_the_gate_before_every_rank_is_busy() {
     let mut l = ledger_with(&[(1, 1, 100), (2, 1, 100), (3, 1, 100), (4, 1, 100)]);
     let batch = ClassId(1); // busy above 100 tokens (0.5 x 200), ratio 0.5
@@ -379,6 +419,11 @@ enum Op {
     RemoveWorker {
         worker: u8,
     },
+    /// Room credits (only with credits on): A now holds `held` on a rank.
+    Credit {
+        rank: u8,
+        held: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -393,6 +438,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(|owner| Op::ReleaseOwner { owner }),
         1 => (0u8..5, 1u8..4, 0u8..80, 1u8..255).prop_map(|(worker, ranks, kv, batch)| Op::Upsert { worker, ranks, kv, batch }),
         1 => (0u8..5).prop_map(|worker| Op::RemoveWorker { worker }),
+        2 => (0u8..12, 0u8..60).prop_map(|(rank, held)| Op::Credit { rank, held }),
     ]
 }
 
@@ -475,6 +521,10 @@ fn apply(l: &mut BookingLedger, op: &Op) {
         Op::RemoveWorker { worker } => {
             l.remove_worker(WorkerId(u64::from(worker)));
         }
+        Op::Credit { rank, held } => {
+            let rank = rank_of(l, rank);
+            l.set_credit_held(rank, u64::from(held));
+        }
     }
 }
 
@@ -510,10 +560,14 @@ proptest! {
     fn releasing_everything_leaves_every_counter_at_zero(
         setup in proptest::collection::vec((0u8..5, 1u8..4, 0u8..80, 1u8..255), 1..4),
         ops in proptest::collection::vec(op(), 0..80),
+        credits in any::<bool>(),
     ) {
         let mut l = BookingLedger::new(&profile());
         for (worker, ranks, kv, batch) in setup {
             apply(&mut l, &Op::Upsert { worker, ranks, kv, batch });
+        }
+        if credits {
+            l.enable_credits(A);
         }
         for op in &ops {
             apply(&mut l, op);
@@ -522,6 +576,9 @@ proptest! {
         l.release_owner(B);
         let snap = l.snapshot();
         prop_assert!(snap.is_idle(), "not idle: {snap:?}");
+        for r in &snap.ranks {
+            prop_assert_eq!(l.own_blocks(r.rank), 0, "own blocks left on {:?}", r.rank);
+        }
         let (busy, eligible) = l.busy_ranks(ClassId(0));
         prop_assert_eq!(busy, 0);
         prop_assert_eq!(eligible as usize, snap.ranks.len());
@@ -532,10 +589,14 @@ proptest! {
         setup in proptest::collection::vec((0u8..5, 1u8..4, 0u8..80, 1u8..255), 1..4),
         ops in proptest::collection::vec(op(), 0..60),
         needs in proptest::collection::vec(0u64..60, 1..4),
+        credits in any::<bool>(),
     ) {
         let mut l = BookingLedger::new(&profile());
         for (worker, ranks, kv, batch) in setup {
             apply(&mut l, &Op::Upsert { worker, ranks, kv, batch });
+        }
+        if credits {
+            l.enable_credits(A);
         }
         for op in &ops {
             apply(&mut l, op);

@@ -128,7 +128,11 @@ impl BookingLedger {
         self.by_rank.contains_key(&rank)
     }
 
-    fn insert_rank(&mut self, state: RankState) -> usize {
+    fn insert_rank(&mut self, mut state: RankState) -> usize {
+        if self.credit_owner.is_some() {
+            // Credits on: a new rank holds none until its owner grants some.
+            state.credit_held = Some(0);
+        }
         let id = state.id;
         let slot = match self.free_slots.pop() {
             Some(slot) => {

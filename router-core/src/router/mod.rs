@@ -15,7 +15,7 @@ pub use request::{Prompt, RouteRequest};
 
 use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, SchedulerConfig};
 use crate::hashing::{SequenceHash, token_sequence_hashes};
-use crate::ids::{RequestId, WorkerId};
+use crate::ids::{RankId, RequestId, WorkerId};
 use crate::index::{
     ApproxConfig, ApproxIndex, EventStatus, KvEvent, KvIndexReader, OverlapScores, SharedKvIndex,
 };
@@ -153,6 +153,28 @@ impl PoolRouter {
             prefix,
             block_size: config.block_size.max(1),
         }
+    }
+
+    /// Room credits on (`crate::credits`): this router's class headroom on every rank is
+    /// also bounded by the credits it holds there.
+    pub fn enable_credits(&mut self) {
+        let owner = self.scheduler.owner();
+        self.scheduler.ledger_mut().enable_credits(owner);
+    }
+
+    /// Applies what a credit agent says this router now holds, and raises the room epoch
+    /// when `room_may_have_grown` (credits given back to it as owner). True when the gate
+    /// may have opened (drain).
+    pub fn apply_credits(&mut self, held: Vec<(RankId, u64)>, room_may_have_grown: bool) -> bool {
+        let ledger = self.scheduler.ledger_mut();
+        let before = ledger.room_epoch();
+        for (rank, blocks) in held {
+            ledger.set_credit_held(rank, blocks);
+        }
+        if room_may_have_grown {
+            ledger.raise_room_epoch();
+        }
+        ledger.room_epoch() != before
     }
 
     /// Requests that waited on decode room since the last call (prefill pools).

@@ -274,7 +274,7 @@ pub struct SchedulerSection {
     pub reservation_lease_ms: u64,
     /// How often queued requests are re-checked against the gate.
     pub recheck_ms: u64,
-    /// Disaggregated: replicas share the decode pool's room through room credits, so
+    /// Replicas share the decode room (decode pool, or aggregated pool) through room credits, so
     /// together they never commit past a class's decode fraction. Off: each replica admits
     /// against its own view of the others' bookings (a burst over several replicas can
     /// overshoot).
