@@ -146,6 +146,14 @@ impl RouterState {
         }
     }
 
+    /// When the credit agent needs a tick (a settle period ends).
+    pub(super) fn credit_deadline(&self) -> Option<router_core::Timestamp> {
+        let now = self.clock().now();
+        self.credits
+            .as_ref()
+            .and_then(|c| c.with(|a| a.next_deadline(now)))
+    }
+
     pub(super) fn credit_snapshot(&self) -> Option<CreditSnapshot> {
         let now = self.clock().now();
         self.credits.as_ref().map(|c| c.with(|a| a.snapshot(now)))

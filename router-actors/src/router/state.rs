@@ -430,7 +430,13 @@ impl RouterState {
                 self.published_epoch = Some(ledger.epoch());
             }
         }
-        let next = self.router.scheduler().next_deadline();
+        let next = match (
+            self.router.scheduler().next_deadline(),
+            self.credit_deadline(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (next, &self.armed) {
             (Some(at), Some((armed_at, _))) if *armed_at == at => {}
             (Some(at), _) => {

@@ -77,6 +77,9 @@ pub struct CreditAgent {
     owner: CreditOwner,
     asking: FxHashMap<RankId, Timestamp>,
     last_want: Option<Timestamp>,
+    /// Owned ranks settling at the last tick (a settle that ended is a room signal: asks
+    /// were denied meanwhile).
+    settling: usize,
     /// Rises when room this replica can use may have grown (a grant, credits given back to
     /// it as owner): a room signal for the prefill gate.
     version: u64,
@@ -96,6 +99,7 @@ impl CreditAgent {
             owner: CreditOwner::new(settle),
             asking: FxHashMap::default(),
             last_want: None,
+            settling: 0,
             version: 0,
             counters: CreditCounters::default(),
         }
@@ -125,7 +129,9 @@ impl CreditAgent {
         if members == self.members {
             return Vec::new();
         }
-        let joined = members.difference(&self.members).next().is_some();
+        // A replica seeing peers for the first time took its ranks while alone: others may
+        // hold credits on them from their owners before it came. It settles them.
+        let first_peers = !self.had_peers && members.len() > 1;
         for gone in self.members.difference(&members) {
             self.owner.holder_gone(*gone);
             self.version += 1;
@@ -137,9 +143,9 @@ impl CreditAgent {
         let ranks: Vec<RankId> = self.ranks.iter().copied().collect();
         let mut out = Vec::new();
         for rank in ranks {
-            // A newcomer may hold credits on ranks this replica keeps: settle them again.
-            if joined {
+            if first_peers {
                 self.owner.resettle(rank, now);
+                self.settling = self.owner.settling(now);
             }
             out.extend(self.assign(rank, now));
         }
@@ -171,6 +177,7 @@ impl CreditAgent {
         if owner == self.me {
             let alone = self.members.len() == 1 && !self.had_peers;
             self.owner.own(rank, now, alone);
+            self.settling = self.owner.settling(now);
         } else {
             self.owner.disown(rank);
         }
@@ -328,6 +335,11 @@ impl CreditAgent {
         out
     }
 
+    /// When the agent needs a tick: the end of the next settle period.
+    pub fn next_deadline(&self, now: Timestamp) -> Option<Timestamp> {
+        self.owner.next_settled(now)
+    }
+
     /// Every rank's held credits (for a ledger built afresh).
     pub fn all_held(&self) -> Vec<(RankId, u64)> {
         self.holder
@@ -372,6 +384,12 @@ impl CreditAgent {
     pub fn tick(&mut self, now: Timestamp) -> Vec<CreditOut> {
         self.asking
             .retain(|_, at| now.saturating_since(*at) < ASK_TIMEOUT);
+        let settling = self.owner.settling(now);
+        if settling < self.settling {
+            // Ranks that refused asks while settling grant again: let the gates look.
+            self.version += 1;
+        }
+        self.settling = settling;
         let idle = self
             .last_want
             .is_none_or(|at| now.saturating_since(at) >= SPARE_HOLD);

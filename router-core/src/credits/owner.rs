@@ -183,6 +183,20 @@ impl CreditOwner {
         }
     }
 
+    /// When the next owned rank ends its settle period (after `now`).
+    pub fn next_settled(&self, now: Timestamp) -> Option<Timestamp> {
+        self.ranks
+            .values()
+            .map(|r| r.settled_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
+    /// Owned ranks still settling at `now`.
+    pub fn settling(&self, now: Timestamp) -> usize {
+        self.ranks.values().filter(|r| now < r.settled_at).count()
+    }
+
     /// A holder left the pool (its lease ran out or it said goodbye): its credits are free.
     pub fn holder_gone(&mut self, holder: RouterId) {
         for owned in self.ranks.values_mut() {
