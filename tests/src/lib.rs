@@ -3,7 +3,10 @@
 //! engines) and talk to them over real sockets, as an operator would. Tests that build the app
 //! or the actors in-process stay in their own crate.
 //!
-//! This library is only their [`support`]: finding the `router-node` binary, starting the
-//! processes on ports they pick themselves, stopping them and reading what they printed.
+//! This library is their [`support`] (finding the `router-node` binary, starting the
+//! processes on ports they pick themselves, stopping them and reading what they printed; the
+//! cluster harness: nats-server, replicas, simulated workers and HAProxy) and the scenarios
+//! that both a test and a command (`cluster-burst`) run: [`burst`].
 
+pub mod burst;
 pub mod support;

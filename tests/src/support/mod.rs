@@ -1,6 +1,7 @@
 //! What the whole-system tests share: the `router-node` binary, scratch directories, one-shot
 //! runs of the binary, and long-running processes ([`process`]): a nats-server, router nodes
-//! and simulated workers, each on a port it picks itself.
+//! and simulated workers, each on a port it picks itself; HAProxy ([`haproxy`]); the cluster
+//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]).
 //!
 //! # Which `router-node` binary
 //!
@@ -11,7 +12,8 @@
 //!
 //! 1. `$SWITCHYARD_ROUTER_NODE_BIN`, when set (any build, e.g. a release binary);
 //! 2. `router-node` in the profile directory of this test executable
-//!    (`target/<profile>/deps/<test>` → `target/<profile>/router-node`), which
+//!    (`target/<profile>/deps/<test>` → `target/<profile>/router-node`; for a binary of this
+//!    crate, `target/<profile>/cluster-burst` → the same), which
 //!    `cargo test --workspace` (and so `scripts/test.sh`) builds before it runs any test.
 //!
 //! A missing binary fails the test with the command that fixes it (`cargo build -p
@@ -20,9 +22,14 @@
 //! a test never runs old code unnoticed after `cargo build`, and `cargo test --workspace`
 //! rebuilds the binary before any test runs.
 
+pub mod cluster;
+pub mod haproxy;
+pub mod observe;
 pub mod process;
 pub mod vllm;
 
+pub use cluster::{Cluster, ClusterBuilder, ClusterWorker, Role};
+pub use haproxy::{Haproxy, HaproxyConfig};
 pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, SimWorker, Stopped};
 pub use router_actors::testkit::NatsServer;
 pub use vllm::VllmEngine;
@@ -76,6 +83,15 @@ pub fn run(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", router_node_bin().display()))
 }
 
+/// A port nobody listens on right now (bound, then released: for programs that cannot bind
+/// port 0 and report it, such as vLLM and HAProxy).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
 /// A fresh directory under the system's temp dir, removed on drop.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
@@ -120,9 +136,14 @@ fn locate() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this test: {e}"))?;
+    // A test runs from target/<profile>/deps, a binary of this crate (`cluster-burst`) from
+    // target/<profile>.
     let profile_dir = exe
         .parent()
-        .and_then(Path::parent)
+        .and_then(|dir| match dir.file_name() {
+            Some(name) if name == "deps" => dir.parent(),
+            _ => Some(dir),
+        })
         .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
     let bin = profile_dir.join(format!("router-node{}", std::env::consts::EXE_SUFFIX));
     let fix = format!(

@@ -1,13 +1,14 @@
 //! Long-running `router-node` processes of a test: a node (`serve`) and a simulated worker
-//! (`worker --sim`). Each binds port 0 and reports the address it got (the node in its JSON
-//! log line "serving the OpenAI API", the worker on its first stdout line), so tests never
-//! race for a free port. Their output is collected for the assertion messages; dropping one
-//! kills it, [`Proc::stop`] sends SIGTERM and waits for a clean exit.
+//! (`worker --sim`); [`Proc`] runs any other program too (HAProxy). Each node and worker
+//! binds port 0 and reports the address it got (the node in its JSON log line "serving the
+//! OpenAI API", the worker on its first stdout line), so tests never race for a free port.
+//! Their output is collected for the assertion messages; dropping one kills it,
+//! [`Proc::stop`] sends SIGTERM and waits for a clean exit.
 
 use super::{TempDir, router_node};
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -40,8 +41,14 @@ pub struct Proc {
 impl Proc {
     /// Spawns `router-node args...`; `name` is how messages call it.
     pub fn spawn(name: &str, args: &[&str]) -> Self {
-        let mut child = router_node()
-            .args(args)
+        let mut command = router_node();
+        command.args(args);
+        Self::spawn_command(name, command)
+    }
+
+    /// Spawns any `command` (e.g. HAProxy) with its output collected like a node's.
+    pub fn spawn_command(name: &str, mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -69,6 +76,11 @@ impl Proc {
 
     pub fn id(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether it has exited (and how), without waiting.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// The first output line (stdout or stderr) for which `pick` gives a value. Panics with

@@ -7,8 +7,7 @@
 //! [`VllmEngine::kill`] is a SIGKILL of the whole group, as a crash would be;
 //! [`VllmEngine::restart`] starts it again on the same ports.
 
-use super::{TempDir, workspace_root};
-use std::net::TcpListener;
+use super::{TempDir, free_port, workspace_root};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -28,14 +27,6 @@ pub fn require_vllm() {
          (or scripts/install-vllm.sh and .tools/vllm/bin/python scripts/make-tiny-model.py \
          .tools/models/tiny-llama)"
     );
-}
-
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
 }
 
 /// One running (or killed) engine.
