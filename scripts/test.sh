@@ -24,6 +24,11 @@ echo "== nats-server for the NATS bus tests (scripts/install-nats.sh)"
 NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
+echo "== HAProxy for the cluster tests (scripts/install-haproxy.sh)"
+./scripts/install-haproxy.sh
+HAPROXY_BIN="$PWD/.tools/haproxy/bin/haproxy"
+export HAPROXY_BIN
+
 echo "== the openai Python client for the client tests (scripts/install-pytools.sh)"
 ./scripts/install-pytools.sh
 SWITCHYARD_PYTHON="$PWD/.tools/py/bin/python"

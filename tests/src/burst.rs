@@ -42,6 +42,8 @@ pub struct BurstSpec {
     pub slo_ms: u64,
     /// The overshoot allowed over the limit, as a fraction of a decode worker's capacity.
     pub bound_frac: f64,
+    /// Workers' announcement and load period and the replicas' peer heartbeat.
+    pub heartbeat_ms: u64,
 }
 
 impl Default for BurstSpec {
@@ -59,6 +61,7 @@ impl Default for BurstSpec {
             sample_every: Duration::from_millis(20),
             slo_ms: 120_000,
             bound_frac: 0.01,
+            heartbeat_ms: 200,
         }
     }
 }
@@ -90,6 +93,7 @@ impl BurstSpec {
             .workers(Role::Prefill, self.prefill_workers, 16_384)
             .workers(Role::Decode, self.decode_workers, self.decode_kv_blocks)
             .speedup(self.speedup)
+            .heartbeat_ms(self.heartbeat_ms)
             .policy(&self.policy())
     }
 }
@@ -114,6 +118,9 @@ pub struct BurstReport {
     pub failed: usize,
     /// Requests each replica received during the burst (its `switchyard_http_requests_total`).
     pub per_replica: Vec<u64>,
+    /// Requests the decode workers preempted for want of KV during the burst (their own
+    /// `preemptions` counters): what an overshoot to a full KV costs.
+    pub preemptions: u64,
     /// From the release of the burst to the end of its last stream.
     pub wall: Duration,
     /// Whether every replica's ledger returned to idle (the error says what was held).
@@ -164,6 +171,7 @@ impl BurstReport {
             "failed": self.failed,
             "failures": self.failures,
             "requests_per_replica": self.per_replica,
+            "decode_preemptions": self.preemptions,
             "wall_ms": self.wall.as_millis() as u64,
             "ledgers_idle": self.ledgers_idle.is_ok(),
         })
@@ -180,6 +188,7 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
         .expect("an HTTP client");
     let url = format!("{}/v1/completions", cluster.url());
     let before = requests_per_replica(cluster).await;
+    let preempted_before = decode_preemptions(cluster).await;
     let sampler = cluster.sample_decode_kv(spec.sample_every);
     let barrier = Arc::new(tokio::sync::Barrier::new(spec.requests + 1));
     let tasks: Vec<_> = (0..spec.requests)
@@ -211,6 +220,9 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
     let wall = started.elapsed();
     let kv = sampler.finish().await;
     let ledgers_idle = cluster.wait_ledgers_idle(Duration::from_secs(20)).await;
+    let preemptions = decode_preemptions(cluster)
+        .await
+        .saturating_sub(preempted_before);
     let per_replica = requests_per_replica(cluster)
         .await
         .iter()
@@ -231,9 +243,23 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
         failures,
         failed,
         per_replica,
+        preemptions,
         wall,
         ledgers_idle,
     }
+}
+
+/// The decode workers' `preemptions` counters, summed (a worker that does not answer counts
+/// 0).
+async fn decode_preemptions(cluster: &Cluster) -> u64 {
+    let decode: Vec<u64> = cluster.decode_workers().iter().map(|w| w.id).collect();
+    cluster
+        .worker_loads()
+        .await
+        .into_iter()
+        .filter(|(id, _)| decode.contains(id))
+        .filter_map(|(_, load)| load.ok()?["preemptions"].as_u64())
+        .sum()
 }
 
 /// Each replica's `switchyard_http_requests_total` (0 when it does not answer).
@@ -352,6 +378,7 @@ mod tests {
             failures: Vec::new(),
             failed: 0,
             per_replica: Vec::new(),
+            preemptions: 0,
             wall: Duration::ZERO,
             ledgers_idle: Ok(()),
         };

@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 use std::future::Future;
 use std::time::Duration;
+use switchyard_system_tests::support::observe::ledger_idle;
 use switchyard_system_tests::support::{NatsServer, NodeBus, RouterNode, SimWorker};
 
 /// Quicker heartbeats than the defaults, so peers and idle ledgers show up fast.
@@ -50,26 +51,6 @@ fn peers(state: &Value) -> (Vec<String>, Option<String>) {
         })
         .unwrap_or_default();
     (ids, sync["me"].as_str().map(str::to_owned))
-}
-
-/// Nothing booked or reserved, no load on any rank.
-fn ledger_idle(state: &Value) -> bool {
-    let ledger = &state["scheduler"]["ledger"];
-    ledger["bookings"] == 0
-        && ledger["reservations"] == 0
-        && ledger["ranks"].as_array().is_some_and(|ranks| {
-            !ranks.is_empty()
-                && ranks.iter().all(|r| {
-                    [
-                        "prefill_tokens",
-                        "decode_blocks",
-                        "reserved_blocks",
-                        "requests",
-                    ]
-                    .iter()
-                    .all(|k| r[*k] == 0)
-                })
-        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

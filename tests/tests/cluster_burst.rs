@@ -48,7 +48,7 @@ async fn burst(replicas: usize) -> (BurstSpec, BurstReport) {
     println!(
         "burst, {replicas} replica(s): peak decode KV {} of {} (limit {}), over the limit {} \
          blocks = {:.1} % of capacity, utilisation {:.2}, {}/{} ok, requests per replica {:?}, \
-         {} samples, {:.1} s",
+         {} decode preemptions, {} samples, {:.1} s",
         report.peaks_text(),
         report.capacity,
         report.limit,
@@ -58,6 +58,7 @@ async fn burst(replicas: usize) -> (BurstSpec, BurstReport) {
         report.ok,
         report.sent,
         report.per_replica,
+        report.preemptions,
         report.samples,
         report.wall.as_secs_f64(),
     );

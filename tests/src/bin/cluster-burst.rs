@@ -3,7 +3,8 @@
 //! simulated workers), sends the burst `--runs` times (fresh prompts each run, the same
 //! fleet) and prints a table (per run: the peak KV blocks each decode worker really used,
 //! the overshoot over the class's limit in blocks and in % of capacity, requests ok and
-//! failed, the peak's share of the limit) and a JSON line with every figure.
+//! failed, the peak's share of the limit, the decode workers' preemptions) and a JSON line
+//! with every figure.
 //!
 //! ```sh
 //! cargo build --release -p router-node
@@ -42,6 +43,9 @@ struct Args {
     /// The simulated workers' speedup.
     #[arg(long, default_value_t = 10.0)]
     speedup: f64,
+    /// Workers' announcement and load period and the replicas' peer heartbeat, ms.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    heartbeat_ms: u64,
     /// Seed of the first run's prompts (run i uses seed + i).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -75,6 +79,7 @@ async fn run(args: Args) -> ExitCode {
         replicas: args.replicas as usize,
         requests: args.requests as usize,
         speedup: args.speedup,
+        heartbeat_ms: args.heartbeat_ms,
         ..BurstSpec::default()
     };
     eprintln!(
@@ -110,7 +115,7 @@ async fn run(args: Args) -> ExitCode {
         }
         let report = run_burst(&cluster, &spec, args.seed + run).await;
         println!(
-            "{:>4} {:>8} {:>16} {:>10} {:>7.1}% {:>9} {:>11.2} {:>7.1}",
+            "{:>4} {:>8} {:>16} {:>10} {:>7.1}% {:>9} {:>11.2} {:>8} {:>7.1}",
             run + 1,
             report.replicas,
             report.peaks_text(),
@@ -118,6 +123,7 @@ async fn run(args: Args) -> ExitCode {
             report.overshoot_pct(),
             format!("{}/{}", report.ok, report.failed),
             report.utilisation(),
+            report.preemptions,
             report.wall.as_secs_f64(),
         );
         for failure in &report.failures {
@@ -145,6 +151,7 @@ async fn run(args: Args) -> ExitCode {
             "prompt_tokens": spec.prompt_tokens,
             "max_tokens": spec.max_tokens,
             "speedup": spec.speedup,
+            "heartbeat_ms": spec.heartbeat_ms,
             "decode_kv_blocks": spec.decode_kv_blocks,
             "limit_blocks": spec.limit(),
             "max_overshoot_blocks": worst,
