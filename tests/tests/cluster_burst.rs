@@ -74,8 +74,9 @@ async fn burst(replicas: usize) -> (BurstSpec, BurstReport) {
         panic!("every ledger returns to idle: {held}");
     }
     assert!(
-        report.samples >= 10 && report.sample_misses == 0,
-        "the decode workers' /load was read through the burst: {report:?}"
+        report.samples >= 10 && report.sample_misses * 10 <= report.samples,
+        "the decode workers' /load was read through the burst (at most 1 read in 10 missed): \
+         {report:?}"
     );
     assert_eq!(
         report.per_replica.iter().filter(|n| **n > 0).count(),

@@ -94,7 +94,7 @@ async fn run(args: Args) -> ExitCode {
     let cluster = spec.cluster().start().await;
     cluster.wait_ready(Duration::from_secs(60)).await;
     println!(
-        "{:>4} {:>8} {:>16} {:>10} {:>8} {:>9} {:>11} {:>7}",
+        "{:>4} {:>8} {:>16} {:>10} {:>8} {:>9} {:>11} {:>8} {:>7}",
         "run",
         "replicas",
         "peak per decode",
@@ -102,6 +102,7 @@ async fn run(args: Args) -> ExitCode {
         "over %",
         "ok/failed",
         "peak/limit",
+        "preempt",
         "wall s"
     );
     let mut reports: Vec<BurstReport> = Vec::new();
