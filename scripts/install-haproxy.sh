@@ -15,11 +15,18 @@ TOOLS="$PWD/.tools/haproxy"
 BIN="$TOOLS/bin/haproxy"
 ROOT="$TOOLS/root"
 
+# The first line of `haproxy -v`, or nothing when it does not run.
 version_of() {
-  "$1" -v 2>/dev/null | head -n 1
+  local out
+  out=$("$1" -v 2>/dev/null) || return 0
+  printf '%s\n' "${out%%$'\n'*}"
 }
 
-if [ -x "$BIN" ] && version_of "$BIN" | grep -q '^HAProxy version'; then
+runs() {
+  [[ "$(version_of "$1")" == "HAProxy version"* ]]
+}
+
+if [ -x "$BIN" ] && runs "$BIN"; then
   echo "install-haproxy: $BIN $(version_of "$BIN")"
   exit 0
 fi
@@ -66,8 +73,9 @@ while [ "${#queue[@]}" -gt 0 ]; do
   done
 done
 
-(cd "$DEBS" && apt-get download -qq "${wanted[@]}" >/dev/null 2>&1) || {
-  echo "install-haproxy: apt-get download ${wanted[*]} failed" >&2
+(cd "$DEBS" && apt-get download -qq "${wanted[@]}" >"$DEBS/download.log" 2>&1) || {
+  echo "install-haproxy: apt-get download ${wanted[*]} failed:" >&2
+  cat "$DEBS/download.log" >&2
   exit 1
 }
 rm -rf "$ROOT"
@@ -103,7 +111,7 @@ if [ -n "$missing" ]; then
   echo "$missing" >&2
   exit 1
 fi
-if ! version_of "$BIN" | grep -q '^HAProxy version'; then
+if ! runs "$BIN"; then
   echo "install-haproxy: $BIN does not run: $("$BIN" -v 2>&1 | head -n 3)" >&2
   exit 1
 fi
