@@ -147,6 +147,7 @@ pub struct Node {
     inflight: Vec<(PoolRole, InflightRegistry)>,
     pub room_counters: Arc<RoomBusCounters>,
     pub credit_counters: Arc<CreditBusCounters>,
+    bus: Arc<dyn Bus>,
     tasks: Vec<JoinHandle<()>>,
     ready: watch::Receiver<bool>,
 }
@@ -373,6 +374,7 @@ impl Node {
             inflight,
             room_counters,
             credit_counters,
+            bus: Arc::clone(&bus),
             tasks,
             ready,
         })
@@ -414,6 +416,16 @@ impl Node {
             .map(|(_, r)| r)
     }
 
+    /// Whether the node's bus connection is up now (always true on the in-process bus).
+    pub fn bus_connected(&self) -> bool {
+        self.bus.connected()
+    }
+
+    /// The node's bus.
+    pub fn bus(&self) -> Arc<dyn Bus> {
+        Arc::clone(&self.bus)
+    }
+
     pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
         &self.supervisor
     }
@@ -434,8 +446,23 @@ impl Node {
         self.ready.clone()
     }
 
-    /// Stops every actor and task of the node and waits for the supervisor to finish.
-    pub async fn shutdown(mut self) {
+    /// Says goodbye to peers, then stops every actor and task of the node and waits for the
+    /// supervisor to finish.
+    pub async fn shutdown(self) {
+        // Peers drop this router's bookings (and the room credits it held) at once.
+        for (_, sync) in &self.peer_syncs {
+            let _ = sync.goodbye().await;
+        }
+        self.stop_silently().await;
+    }
+
+    /// Stops every actor and task without telling peers, as a killed process would: they
+    /// drop its bookings only when its lease runs out (fault tests).
+    pub async fn kill(self) {
+        self.stop_silently().await;
+    }
+
+    async fn stop_silently(mut self) {
         for task in self.tasks.drain(..) {
             task.abort();
         }

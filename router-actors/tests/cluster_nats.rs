@@ -79,9 +79,9 @@ async fn a_killed_peers_bookings_expire_on_the_survivor_within_its_lease() {
             == 10
     })
     .await;
-    // Kill a: its actors stop without releasing anything.
+    // Kill a: its actors stop without releasing anything or saying goodbye.
     let killed = Instant::now();
-    a.shutdown().await;
+    a.kill().await;
     eventually(
         "a's bookings expire on b",
         LEASE + HEARTBEAT * 4 + Duration::from_secs(1),

@@ -128,6 +128,12 @@ pub async fn serve_with_bus(
     started
 }
 
+/// Whether the node's bus connection is up, for `/ready`.
+fn bus_status(node: &Node) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    let bus = node.bus();
+    Arc::new(move || bus.connected())
+}
+
 /// One engine link per `[[engines]]` entry, as children of the node's supervisor; their
 /// handles, for `/debug/state`.
 fn engine_links(
@@ -198,7 +204,8 @@ async fn serve_node(
     .with_models(config.http.models.iter().cloned())
     .with_prompter(prompter)
     .with_forward_token_ids(config.tokenizer.forward_token_ids)
-    .with_alive(node.alive());
+    .with_alive(node.alive())
+    .with_bus_status(bus_status(node));
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.
     let state = AppState {

@@ -44,6 +44,9 @@ pub struct BurstSpec {
     pub bound_frac: f64,
     /// Workers' announcement and load period and the replicas' peer heartbeat.
     pub heartbeat_ms: u64,
+    /// Replicas share the decode room through room credits (`[scheduler] room_credits`);
+    /// false: each admits on its own view (the design before, for contrast).
+    pub room_credits: bool,
 }
 
 impl Default for BurstSpec {
@@ -62,6 +65,7 @@ impl Default for BurstSpec {
             slo_ms: 120_000,
             bound_frac: 0.01,
             heartbeat_ms: 200,
+            room_credits: true,
         }
     }
 }
@@ -95,6 +99,10 @@ impl BurstSpec {
             .speedup(self.speedup)
             .heartbeat_ms(self.heartbeat_ms)
             .policy(&self.policy())
+            .extra(&format!(
+                "[scheduler]\nroom_credits = {}\n",
+                self.room_credits
+            ))
     }
 }
 

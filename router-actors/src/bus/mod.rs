@@ -80,6 +80,12 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Flushes what was published so far (NATS sends asynchronously).
     fn flush(&self) -> BoxFuture<'_, Result<(), BusError>>;
+
+    /// Whether this end is connected to the bus now. While it is not, silence from peers
+    /// and workers is no evidence that they are gone (leases are not run out on it).
+    fn connected(&self) -> bool {
+        true
+    }
 }
 
 /// Whether `subject` matches the subscription `pattern` (`*` = one token, `>` = the rest).

@@ -114,6 +114,10 @@ fn to_bus_message(message: async_nats::Message) -> BusMessage {
 }
 
 impl Bus for NatsBus {
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
     fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
         Box::pin(async move {
             if !valid_subject(&subject, false) {

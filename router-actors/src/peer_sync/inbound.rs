@@ -91,6 +91,10 @@ impl PeerSyncState {
         let max_lease = self.config.lease.saturating_mul(MAX_LEASE_FACTOR);
         let mut heartbeat = None;
         match envelope.body {
+            BookingMsg::Goodbye => {
+                self.peer_left(owner);
+                return;
+            }
             BookingMsg::Snapshot(reply) => {
                 // A full state: whatever was missed before it no longer matters.
                 self.apply_snapshot(owner, reply, seq);

@@ -173,6 +173,8 @@ pub enum PeerSyncMsg {
     /// The starting snapshot window has passed: report ready.
     WindowElapsed,
     Observe(RpcReplyPort<PeerSyncSnapshot>),
+    /// The node is stopping: tell peers, so they drop this router's bookings at once.
+    Goodbye(RpcReplyPort<()>),
     /// Fault injection for supervision tests: the handler fails. Test builds only.
     #[cfg(feature = "testsuite")]
     InjectFault(String),
@@ -271,6 +273,10 @@ impl Actor for PeerSyncActor {
             PeerSyncMsg::Observe(reply) => {
                 let _ = reply.send(state.observe());
             }
+            PeerSyncMsg::Goodbye(reply) => {
+                state.goodbye().await;
+                let _ = reply.send(());
+            }
             #[cfg(feature = "testsuite")]
             PeerSyncMsg::InjectFault(why) => return Err(why.into()),
         }
@@ -349,6 +355,14 @@ impl PeerSyncHandle {
     pub async fn observe(&self) -> Result<PeerSyncSnapshot, CallError> {
         self.slot
             .call(PeerSyncMsg::Observe, self.call_timeout)
+            .await
+    }
+
+    /// Says goodbye to peers (the node is stopping): they drop this router's bookings and
+    /// room credits at once rather than at the end of its lease.
+    pub async fn goodbye(&self) -> Result<(), CallError> {
+        self.slot
+            .call(PeerSyncMsg::Goodbye, self.call_timeout)
             .await
     }
 

@@ -34,6 +34,10 @@ pub struct PeerSyncCounters {
     /// Heartbeats whose digest disagreed with what our ledger holds for their sender.
     pub digest_mismatches: u64,
     pub expired_peers: u64,
+    /// Peers that said goodbye (a replica stopping): dropped at once.
+    pub goodbyes: u64,
+    /// Times this router's bus connection was seen down (peers are not expired meanwhile).
+    pub bus_outages: u64,
     /// Given up on: encode failures, deferred heartbeats or answers over the cap, repair
     /// buffer overflow (the repair then repeats).
     pub dropped: u64,
@@ -77,6 +81,9 @@ pub struct PeerSyncSnapshot {
     pub me: RouterId,
     pub pool: PoolRole,
     pub ready: bool,
+    /// This router's bus connection is up (false: peers are kept, not expired, until it is
+    /// back; then every peer gets a fresh lease and is asked for its snapshot).
+    pub bus_connected: bool,
     /// Our last sequence on the bookings subject.
     pub last_seq: u64,
     /// Heartbeats / snapshot answers waiting for their deltas to be sequenced.

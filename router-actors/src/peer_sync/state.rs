@@ -91,6 +91,8 @@ pub struct PeerSyncState {
     pub(super) wire: WireCounters,
     /// Forwarders of the subscriptions and of the delta queue; aborted with this state.
     pub(super) tasks: OwnedTasks,
+    /// When this router's bus connection was first seen down (`None`: up).
+    bus_down_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for PeerSyncState {
@@ -142,6 +144,7 @@ impl PeerSyncState {
             counters: PeerSyncCounters::default(),
             wire: WireCounters::default(),
             tasks: OwnedTasks::default(),
+            bus_down_since: None,
         }
     }
 
@@ -383,6 +386,28 @@ impl PeerSyncState {
         self.force_stuck().await;
         self.defer_heartbeat().await;
         let now = Instant::now();
+        // Silence is evidence only while this end hears the bus: with the connection down,
+        // every peer is kept (with its bookings); when it is back, every peer gets a fresh
+        // lease and is asked for its full state (what changed meanwhile was not heard).
+        if !self.bus.connected() {
+            if self.bus_down_since.is_none() {
+                self.bus_down_since = Some(now);
+                self.counters.bus_outages += 1;
+                tracing::warn!(pool = ?self.pool, "bus connection down: peers are kept until it is back");
+            }
+            return;
+        }
+        if let Some(since) = self.bus_down_since.take() {
+            tracing::info!(
+                pool = ?self.pool,
+                down_ms = millis(now.saturating_duration_since(since)),
+                "bus connection back: peers' leases start again, their snapshots are asked for"
+            );
+            for peer in self.peers.values_mut() {
+                peer.last_seen = now;
+            }
+            self.ask_everyone().await;
+        }
         let expired: Vec<RouterId> = self
             .peers
             .iter()
@@ -399,6 +424,27 @@ impl PeerSyncState {
             }
         }
         self.publish_peers();
+    }
+
+    /// A peer said goodbye (it is stopping): drop it and everything it holds at once.
+    pub(super) fn peer_left(&mut self, owner: RouterId) {
+        if self.peers.remove(&owner).is_none() {
+            return;
+        }
+        self.tracker.forget(owner.0);
+        self.counters.goodbyes += 1;
+        tracing::info!(peer = %owner, "peer said goodbye: its bookings are dropped");
+        if self.router.cast(RouterMsg::PeerGone(owner)).is_err() {
+            self.counters.router_gone += 1;
+        }
+        self.publish_peers();
+    }
+
+    /// Publishes a goodbye on the bookings subject (this router is stopping), so peers drop
+    /// its bookings at once instead of at the end of its lease.
+    pub(super) async fn goodbye(&mut self) {
+        self.publish(BookingMsg::Goodbye).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.bus.flush()).await;
     }
 
     /// Tells the router which peers are live now (when that changed).
@@ -437,6 +483,7 @@ impl PeerSyncState {
             me: self.me,
             pool: self.pool,
             ready: *self.ready.borrow(),
+            bus_connected: self.bus_down_since.is_none(),
             last_seq: self.outbox.last_seq(&self.bookings_subject),
             deferred: self.deferred.len(),
             peers,

@@ -125,6 +125,9 @@ pub struct RegistryCounters {
     /// Known workers announcing from a new sender id (a restarted process).
     pub incarnations: u64,
     pub expired: u64,
+    /// Lease sweeps that found this node's bus connection down: leases were renewed instead
+    /// (a silent bus is no evidence that a worker is gone).
+    pub leases_kept_bus_down: u64,
     /// Workers that said they were leaving (removed at once).
     pub left: u64,
     /// Engine load reports kept, and those naming no known worker (or an older incarnation).
@@ -247,6 +250,7 @@ impl Actor for WorkerRegistryActor {
             inbox,
             forwarders: OwnedTasks::new(forwarders),
             counters: RegistryCounters::default(),
+            bus: Arc::clone(&args.bus),
         };
         state.after_change(&myself);
         Ok(state)

@@ -52,6 +52,8 @@ pub struct RegistryState {
     /// One forwarder per announce subscription; aborted with this state.
     pub(super) forwarders: OwnedTasks,
     pub(super) counters: RegistryCounters,
+    /// To tell a silent bus from silent workers.
+    pub(super) bus: Arc<dyn crate::bus::Bus>,
 }
 
 impl std::fmt::Debug for RegistryState {
@@ -188,6 +190,16 @@ impl RegistryState {
 
     pub(super) fn expire(&mut self) {
         let now = Instant::now();
+        if !self.bus.connected() {
+            // Workers cannot be heard while this node's bus is down: keep the fleet as last
+            // known (every lease starts again), and expire on silence only once the bus is back.
+            if self.deadlines.first().is_some_and(|(at, _)| *at <= now) {
+                self.counters.leases_kept_bus_down += 1;
+                tracing::warn!("bus connection down: worker leases renewed, not run out");
+                self.renew_all(now);
+            }
+            return;
+        }
         while let Some(&(at, key)) = self.deadlines.first() {
             if at > now {
                 break;
@@ -197,6 +209,15 @@ impl RegistryState {
                 self.counters.expired += 1;
             }
             self.remove(key);
+        }
+    }
+
+    /// Every worker's lease starts again at `now`.
+    fn renew_all(&mut self, now: Instant) {
+        self.deadlines.clear();
+        for (key, entry) in &mut self.workers {
+            entry.expires = now + entry.lease;
+            self.deadlines.insert((entry.expires, *key));
         }
     }
 

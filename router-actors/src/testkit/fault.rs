@@ -62,6 +62,10 @@ impl FaultBus {
 }
 
 impl Bus for FaultBus {
+    fn connected(&self) -> bool {
+        self.inner.connected()
+    }
+
     fn publish(&self, subject: String, payload: Bytes) -> BoxFuture<'_, Result<(), BusError>> {
         Box::pin(async move {
             let hit = subject == self.subject

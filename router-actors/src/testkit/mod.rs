@@ -35,6 +35,7 @@ const INSTALL_HINT: &str = "the NATS tests need nats-server >= 2.10: run scripts
 #[derive(Debug)]
 pub struct NatsServer {
     child: Child,
+    bin: PathBuf,
     dir: PathBuf,
     url: String,
     version: String,
@@ -53,38 +54,42 @@ impl NatsServer {
         let dir =
             std::env::temp_dir().join(format!("switchyard-nats-{}", uuid::Uuid::new_v4().simple()));
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let stderr = fs::File::create(dir.join("stderr.txt"))
-            .map_err(|e| format!("cannot create a log in {}: {e}", dir.display()))?;
-        let spawned = Command::new(bin)
-            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "--store_dir"])
-            .arg(dir.join("js"))
-            .arg("--ports_file_dir")
-            .arg(&dir)
-            .arg("-l")
-            .arg(dir.join("server.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn();
-        let child = match spawned {
+        let child = match spawn(bin, &dir, "-1") {
             Ok(child) => child,
             Err(e) => {
                 let _ = fs::remove_dir_all(&dir);
-                return Err(format!(
-                    "cannot start {}: {e}; {INSTALL_HINT}",
-                    bin.display()
-                ));
+                return Err(e);
             }
         };
         // From here on, Drop kills the process and removes the directory on every error path.
         let mut server = Self {
             child,
+            bin: bin.to_owned(),
             dir,
             url: String::new(),
             version,
         };
         server.url = server.wait_for_ports_file().await?;
         Ok(server)
+    }
+
+    /// Kills the server (a NATS outage: clients see their connection drop).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port (after [`Self::stop`]); clients reconnect.
+    pub async fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        let port = self
+            .url
+            .rsplit(':')
+            .next()
+            .ok_or_else(|| format!("no port in {}", self.url))?
+            .to_owned();
+        self.child = spawn(&self.bin, &self.dir, &port)?;
+        self.wait_for_ports_file().await.map(|_| ())
     }
 
     /// `nats://127.0.0.1:<port>`.
@@ -152,6 +157,24 @@ impl Drop for NatsServer {
         let _ = self.child.wait();
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Starts nats-server on `port` (`-1`: one the server picks), its files in `dir`.
+fn spawn(bin: &Path, dir: &Path, port: &str) -> Result<Child, String> {
+    let stderr = fs::File::create(dir.join("stderr.txt"))
+        .map_err(|e| format!("cannot create a log in {}: {e}", dir.display()))?;
+    Command::new(bin)
+        .args(["-a", "127.0.0.1", "-p", port, "-js", "--store_dir"])
+        .arg(dir.join("js"))
+        .arg("--ports_file_dir")
+        .arg(dir)
+        .arg("-l")
+        .arg(dir.join("server.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}; {INSTALL_HINT}", bin.display()))
 }
 
 /// `$NATS_SERVER_BIN`, else `<workspace>/.tools/nats/bin/nats-server`, else `nats-server` on

@@ -52,6 +52,8 @@ pub enum BookingMsg {
     Deltas(Vec<BookingDelta>),
     /// "I am alive; this is what I hold". Peers expire a sender silent for `lease_ms`.
     Heartbeat { digest: Digest, lease_ms: u64 },
+    /// The sender is stopping: receivers drop it and everything it holds at once.
+    Goodbye,
     /// A sender's full live state, broadcast in its own sequence (answer to a
     /// `SnapshotRequest { owner: None }`, and a starting router's first message). It reflects
     /// exactly the messages before it, so receivers replace and continue from its sequence.

@@ -278,15 +278,29 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// 200 while the node admits. The body also says whether the node's bus connection is up:
+/// a replica that lost NATS keeps routing with the fleet it last knew (its peers' bookings
+/// kept, its room credits its own), and says so.
 pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    if *state.ready.borrow() {
-        Json(json!({"status": "ready"})).into_response()
+    let bus = state.bus_connected.as_ref().map(|connected| {
+        if connected() {
+            "connected"
+        } else {
+            "disconnected"
+        }
+    });
+    let mut body = if *state.ready.borrow() {
+        json!({"status": "ready"})
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "not_ready"})),
-        )
-            .into_response()
+        json!({"status": "not_ready"})
+    };
+    if let (Some(bus), Some(map)) = (bus, body.as_object_mut()) {
+        map.insert("bus".to_owned(), json!(bus));
+    }
+    if *state.ready.borrow() {
+        Json(body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
     }
 }
 

@@ -159,6 +159,9 @@ pub struct AppState {
     /// A completion's text prompt goes to the worker as the router's token ids
     /// (`[tokenizer] forward_token_ids`; default off).
     pub forward_token_ids: bool,
+    /// Whether the node's bus connection is up (`/ready` says so in its body). `None`: no
+    /// bus to lose (a frontend without a node).
+    pub bus_connected: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -196,7 +199,14 @@ impl AppState {
             alive: watch::channel(true).1,
             prompter: Prompter::default(),
             forward_token_ids: false,
+            bus_connected: None,
         })
+    }
+
+    /// Reports the bus connection in `/ready`'s body.
+    pub fn with_bus_status(mut self, connected: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
+        self.bus_connected = Some(connected);
+        self
     }
 
     /// Fails `/health` once `alive` says false (pass `Node::alive()`).

@@ -112,6 +112,9 @@ pub(super) struct NodeFamilies {
     pub engine_kv_total: Gauges,
     pub engine_link_up: Gauges,
     pub credits_held: Gauges,
+    pub bus_connected: Gauges,
+    pub peer_goodbyes: Counters,
+    pub bus_outages: Counters,
     pub credits_used: Gauges,
     pub credits_outstanding: Gauges,
     pub credit_messages: Counters,
@@ -200,6 +203,11 @@ impl NodeFamilies {
             self.engine_link_up.clone(),
         );
         r.register(
+            "bus_connected",
+            "1 while this replica's bus (NATS) connection is up, as its peer sync last saw it, by pool",
+            self.bus_connected.clone(),
+        );
+        r.register(
             "room_credits_held_blocks",
             "Decode room credits this replica holds on a rank (granted by the rank's owner), by worker and dp rank",
             self.credits_held.clone(),
@@ -251,6 +259,16 @@ impl NodeFamilies {
             "room_changed_received",
             "RoomChanged signals received from the bus",
             self.room_received.clone(),
+        );
+        r.register(
+            "peer_sync_goodbyes",
+            "Peers that said goodbye when stopping (dropped at once), by pool",
+            self.peer_goodbyes.clone(),
+        );
+        r.register(
+            "peer_sync_bus_outages",
+            "Times this replica's bus connection was seen down (peers kept, not expired), by pool",
+            self.bus_outages.clone(),
         );
         r.register(
             "room_credit_messages",

@@ -48,7 +48,8 @@
 //!   `switchyard_engine_link_up{engine}` for this node's own `[[engines]]` links;
 //!   `switchyard_peer_sync_lag_seconds{pool,quantile="0.5"|"0.99"}` (since the router actor
 //!   started; 0 until a peer's delta was measured, see `peer_sync_lag_samples_total`);
-//!   disaggregated with room credits: `switchyard_room_credits_held_blocks`,
+//!   `switchyard_bus_connected{pool}` (1 while the replica's NATS connection is up);
+//!   with room credits: `switchyard_room_credits_held_blocks`,
 //!   `switchyard_room_credits_used_blocks`, `switchyard_room_credits_outstanding_blocks`, each
 //!   `{worker,dp_rank}` of the decode pool;
 //! - counters, from the actors' own monotonic counters (they restart from 0 with a restarted
@@ -60,6 +61,7 @@
 //!   (`stored`, `removed`, `cleared`: events forwarded to the router),
 //!   `switchyard_peer_sync_gaps_total{pool}`, `switchyard_peer_sync_snapshots_applied_total{pool}`,
 //!   `switchyard_peer_sync_expired_peers_total{pool}`,
+//!   `switchyard_peer_sync_goodbyes_total{pool}`, `switchyard_peer_sync_bus_outages_total{pool}`,
 //!   `switchyard_room_credit_messages_total{kind}` (`ask_sent`, `grant_received`,
 //!   `denial_received`, `local_grant`, `grant_given`, `denial_given`),
 //!   `switchyard_wire_decode_errors_total{component,kind}` (`component`: `peer_sync`,

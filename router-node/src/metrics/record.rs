@@ -174,6 +174,11 @@ fn peer_sync(f: &NodeFamilies, pool: PoolRole, snapshot: &PeerSyncSnapshot) {
     f.expired_peers
         .get_or_create(&l)
         .inc_by(counters.expired_peers);
+    f.peer_goodbyes.get_or_create(&l).inc_by(counters.goodbyes);
+    f.bus_outages.get_or_create(&l).inc_by(counters.bus_outages);
+    f.bus_connected
+        .get_or_create(&l)
+        .set(i64::from(snapshot.bus_connected));
     let e = &snapshot.decode_errors;
     decode_errors(
         f,

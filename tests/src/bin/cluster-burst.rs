@@ -49,6 +49,10 @@ struct Args {
     /// Seed of the first run's prompts (run i uses seed + i).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Replicas admit on their own views, without room credits (the design before, for
+    /// contrast).
+    #[arg(long)]
+    no_credits: bool,
     /// Exit with code 3 when a run's worst peak goes more than this many blocks over the
     /// limit (issue #15's goal: 10, 1 % of 1,024).
     #[arg(long)]
@@ -80,6 +84,7 @@ async fn run(args: Args) -> ExitCode {
         requests: args.requests as usize,
         speedup: args.speedup,
         heartbeat_ms: args.heartbeat_ms,
+        room_credits: !args.no_credits,
         ..BurstSpec::default()
     };
     eprintln!(
