@@ -1,6 +1,7 @@
 //! A real HAProxy in front of router replicas, as an operator would run one: HTTP mode, round
 //! robin by default, one server per replica, each health-checked with `GET /ready` every
-//! 200 ms (down after 2 failures, up after 2 successes), timeouts long enough for streams, and
+//! 200 ms (down after 2 failures, up after 2 successes), a refused connection retried on
+//! another replica (`retries 2`, `option redispatch`), timeouts long enough for streams, and
 //! a stats page whose CSV tells which servers HAProxy sees up.
 //!
 //! The binary is `$HAPROXY_BIN`, else `.tools/haproxy/bin/haproxy` (what
@@ -96,7 +97,8 @@ impl HaproxyConfig {
              timeout http-request 30s\n    timeout http-keep-alive 10s\n    timeout queue 30s\n    \
              timeout check 1s\n\n\
              frontend switchyard\n    bind 127.0.0.1:{port}\n    default_backend {BACKEND}\n\n\
-             backend {BACKEND}\n    balance {balance}\n    option httpchk\n    \
+             backend {BACKEND}\n    balance {balance}\n    retries 2\n    option redispatch\n    \
+             option httpchk\n    \
              http-check send meth GET uri /ready\n    http-check expect status 200\n    \
              default-server check inter {inter}ms fall {fall} rise {rise}\n{servers}\n\
              frontend stats\n    bind 127.0.0.1:{stats_port}\n    stats enable\n    \

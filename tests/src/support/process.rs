@@ -115,6 +115,21 @@ impl Proc {
         )
     }
 
+    /// SIGKILL (a crash: no drain, no goodbye), then waits for the exit.
+    pub fn kill(mut self) -> Stopped {
+        let _ = self.child.kill();
+        let status = self.child.wait();
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        let take = |buf: &Arc<Mutex<String>>| buf.lock().map(|s| s.clone()).unwrap_or_default();
+        Stopped {
+            code: status.ok().and_then(|s| s.code()),
+            stdout: take(&self.stdout),
+            stderr: take(&self.stderr),
+        }
+    }
+
     /// SIGTERM, then waits for the exit (killing it after [`STOP_TIMEOUT`]).
     pub fn stop(mut self) -> Stopped {
         let sent = std::process::Command::new("kill")
@@ -260,6 +275,11 @@ impl RouterNode {
 
     pub fn stop(self) -> Stopped {
         self.proc.stop()
+    }
+
+    /// SIGKILL: the replica dies with its requests in flight, saying nothing to its peers.
+    pub fn kill(self) -> Stopped {
+        self.proc.kill()
     }
 }
 
