@@ -3,8 +3,9 @@
 //! config → telemetry → bus (NATS, or in-process) → `Node::start` (with one engine link per
 //! `[[engines]]` entry under its supervisor) → bind the listener →
 //! the frontend on it, `/ready` following the node's readiness → on SIGINT/SIGTERM: `/ready`
-//! turns false, no new connections are accepted, in-flight requests and streams get up to
-//! `http.drain_timeout_ms` to finish, then the node's actors stop.
+//! turns false, requests are still accepted for `http.shutdown_delay_ms` (the load balancer
+//! notices), then no new connections are accepted, in-flight requests and streams get up to
+//! `http.drain_timeout_ms` to finish, and the node's actors stop (peers get a goodbye).
 //!
 //! [`serve_with_bus`] runs a node on a given bus and an already-bound listener until a
 //! shutdown future resolves; tests drive it in-process. [`main`] is the command.
@@ -245,11 +246,21 @@ async fn serve_node(
     let result = match served {
         Some(ended) => flatten(ended),
         None => {
+            let _ = draining_tx.send(true);
+            if !config.shutdown_delay().is_zero() {
+                tracing::info!(
+                    shutdown_delay_ms = config.http.shutdown_delay_ms,
+                    "shutting down: not ready, still serving while the load balancer notices",
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(config.shutdown_delay()) => {}
+                    _ = &mut server => {}
+                }
+            }
             tracing::info!(
                 drain_timeout_ms = config.http.drain_timeout_ms,
                 "shutting down: not ready, no new connections, draining in-flight requests",
             );
-            let _ = draining_tx.send(true);
             let _ = stop_tx.send(());
             match tokio::time::timeout(config.drain_timeout(), &mut server).await {
                 Ok(ended) => flatten(ended),

@@ -176,3 +176,33 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_process_exits_cleanly_at_sigterm_while_nats_is_down() {
+    let mut cluster = ClusterBuilder::new()
+        .replicas(2)
+        .workers(Role::Agg, 2, 4096)
+        .speedup(50.0)
+        .start()
+        .await;
+    cluster.wait_ready(Duration::from_secs(60)).await;
+    cluster.nats.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::time::Instant::now();
+    let stopped = tokio::task::spawn_blocking(move || {
+        let stopped = cluster.stop();
+        (stopped, started.elapsed())
+    })
+    .await
+    .unwrap();
+    let (stopped, took) = stopped;
+    println!("every process stopped {took:?} after the first SIGTERM, NATS down");
+    for (name, exit) in stopped {
+        if name != "haproxy" {
+            assert_eq!(exit.code, Some(0), "{name}: {}", exit.stderr);
+        }
+    }
+    // Each process is signalled in turn; each drains at most 2 s (its drain timeout) and
+    // the goodbye waits at most 1 s for a bus that is gone.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}

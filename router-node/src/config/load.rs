@@ -330,6 +330,10 @@ impl Config {
     pub fn drain_timeout(&self) -> Duration {
         Duration::from_millis(self.http.drain_timeout_ms)
     }
+
+    pub fn shutdown_delay(&self) -> Duration {
+        Duration::from_millis(self.http.shutdown_delay_ms)
+    }
 }
 
 /// `host:port` with a numeric port (an IP literal, or a name resolved when binding).

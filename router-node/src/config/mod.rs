@@ -112,6 +112,10 @@ pub struct HttpSection {
     pub default_max_tokens: u64,
     /// At shutdown, how long in-flight requests and streams may take to finish.
     pub drain_timeout_ms: u64,
+    /// At shutdown, how long the node keeps accepting requests after `/ready` turned false,
+    /// so a load balancer sees it not ready and stops sending before it stops listening (set
+    /// it to your load balancer's failed checks × check interval).
+    pub shutdown_delay_ms: u64,
     /// Connecting to a worker.
     pub upstream_connect_timeout_ms: u64,
     /// Longest silence between two reads from a worker.
@@ -128,6 +132,7 @@ impl Default for HttpSection {
             concurrency_limit: 4096,
             default_max_tokens: 256,
             drain_timeout_ms: 30_000,
+            shutdown_delay_ms: 0,
             upstream_connect_timeout_ms: 2_000,
             upstream_read_timeout_ms: 60_000,
             models: Vec::new(),

@@ -7,7 +7,7 @@
 
 use super::{TempDir, router_node};
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -229,6 +229,19 @@ impl RouterNode {
         node_extra: &str,
         extra: &str,
     ) -> Self {
+        Self::start_with_http(name, cluster, bus, node_extra, "", extra)
+    }
+
+    /// [`Self::start_with_node`] with more `[http]` keys (`http_extra`, e.g.
+    /// `shutdown_delay_ms = 1000`).
+    pub fn start_with_http(
+        name: &str,
+        cluster: &str,
+        bus: &NodeBus,
+        node_extra: &str,
+        http_extra: &str,
+        extra: &str,
+    ) -> Self {
         let dir = TempDir::new("node");
         let bus = match bus {
             NodeBus::InProcess => "kind = \"in-process\"".to_owned(),
@@ -238,10 +251,21 @@ impl RouterNode {
             "node.toml",
             &format!(
                 "[node]\ncluster = \"{cluster}\"\n{node_extra}\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
-                 drain_timeout_ms = 2000\n\n[bus]\n{bus}\n\n[telemetry]\nlog_format = \"json\"\n\n\
-                 {extra}\n"
+                 drain_timeout_ms = 2000\n{http_extra}\n\n[bus]\n{bus}\n\n[telemetry]\n\
+                 log_format = \"json\"\n\n{extra}\n"
             ),
         );
+        let (proc, url) = Self::serve(name, &config);
+        Self {
+            proc,
+            url,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// Runs `serve --config <config>` and waits for the address it serves on.
+    fn serve(name: &str, config: &Path) -> (Proc, String) {
         let config_arg = config.to_string_lossy().into_owned();
         let mut proc = Proc::spawn(name, &["serve", "--config", &config_arg]);
         let listen = proc.wait_for(START_TIMEOUT, |line| {
@@ -251,12 +275,37 @@ impl RouterNode {
                 .then(|| fields["listen"].as_str().map(str::to_owned))
                 .flatten()
         });
-        Self {
+        (proc, format!("http://{listen}"))
+    }
+
+    /// A rolling restart of this replica: SIGTERM (it drains), then the same configuration
+    /// started again on the same address. Returns the old process's exit and the new node.
+    pub fn restart(self, name: &str) -> (Stopped, Self) {
+        let Self {
             proc,
-            url: format!("http://{listen}"),
+            url,
             config,
-            _dir: dir,
-        }
+            _dir,
+        } = self;
+        let stopped = proc.stop();
+        let address = url.trim_start_matches("http://").to_owned();
+        let text = std::fs::read_to_string(&config).expect("the node's config file");
+        let pinned = text.replacen(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{address}\""),
+            1,
+        );
+        std::fs::write(&config, pinned).expect("the node's config file is writable");
+        let (proc, url) = Self::serve(name, &config);
+        (
+            stopped,
+            Self {
+                proc,
+                url,
+                config,
+                _dir,
+            },
+        )
     }
 
     /// `http://127.0.0.1:<port>`.

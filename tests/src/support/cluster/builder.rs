@@ -45,6 +45,7 @@ pub struct ClusterBuilder {
     heartbeat_ms: u64,
     policy: Option<String>,
     node_extra: String,
+    http_extra: String,
     extra: String,
     haproxy: Option<HaproxyConfig>,
 }
@@ -58,6 +59,7 @@ impl Default for ClusterBuilder {
             heartbeat_ms: 200,
             policy: None,
             node_extra: String::new(),
+            http_extra: String::new(),
             extra: String::new(),
             haproxy: Some(HaproxyConfig::default()),
         }
@@ -105,6 +107,12 @@ impl ClusterBuilder {
     /// More `[node]` keys of every replica (`topology` is set from the workers).
     pub fn node_extra(mut self, keys: &str) -> Self {
         self.node_extra = keys.to_owned();
+        self
+    }
+
+    /// More `[http]` keys of every replica (e.g. `shutdown_delay_ms = 1000`).
+    pub fn http_extra(mut self, keys: &str) -> Self {
+        self.http_extra = keys.to_owned();
         self
     }
 
@@ -201,14 +209,20 @@ impl ClusterBuilder {
         let bus = NodeBus::Nats(nats.url().to_owned());
         let replicas: Vec<_> = (0..self.replicas)
             .map(|i| {
-                let (name, bus, node_extra, extra) =
-                    (name.clone(), bus.clone(), node_extra.clone(), extra.clone());
+                let (name, bus, node_extra, http_extra, extra) = (
+                    name.clone(),
+                    bus.clone(),
+                    node_extra.clone(),
+                    self.http_extra.clone(),
+                    extra.clone(),
+                );
                 tokio::task::spawn_blocking(move || {
-                    RouterNode::start_with_node(
+                    RouterNode::start_with_http(
                         &format!("replica {i}"),
                         &name,
                         &bus,
                         &node_extra,
+                        &http_extra,
                         &extra,
                     )
                 })
