@@ -6,6 +6,7 @@
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
 pub mod admission;
+pub mod breaker;
 pub mod credits;
 pub mod eligibility;
 pub mod hashing;

@@ -78,6 +78,17 @@ impl WorkerDirectory for RegistryDirectory {
     fn endpoint(&self, worker: WorkerId) -> Option<String> {
         self.0.endpoint(worker)
     }
+
+    fn workers(&self) -> Option<Vec<WorkerId>> {
+        let directory = self.0.directory();
+        Some(
+            directory
+                .pools
+                .iter()
+                .flat_map(|(_, workers)| workers.iter().map(|(w, _)| *w))
+                .collect(),
+        )
+    }
 }
 
 /// The bus `config` asks for: a NATS connection, or a fresh in-process bus.

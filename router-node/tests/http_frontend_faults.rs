@@ -1,7 +1,8 @@
 //! The HTTP frontend when things go wrong, over real HTTP: a busy pool for a never-queue
 //! class, clients that go away (mid-stream or while queued), workers that fail, cannot be
-//! reached or break mid-stream, the node's concurrency limit, and a node whose supervisor
-//! gave up (`/health` fails). Every booking is released: after every test the router's
+//! reached or break mid-stream, a worker that keeps refusing connections (each refused
+//! request placed again elsewhere, the worker ejected after three), the node's concurrency
+//! limit, and a node whose supervisor gave up (`/health` fails). Every booking is released: after every test the router's
 //! ledger is idle.
 
 #![allow(clippy::unwrap_used)]
@@ -256,4 +257,53 @@ async fn health_fails_once_the_nodes_supervisor_has_escalated() {
     assert_eq!(body["status"], "failed");
     assert!(!node.is_alive());
     node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_request_fails() {
+    // Worker 1 is a port that was bound and closed again; worker 2 answers.
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let live = spawn_worker(1, MS).await;
+    let node = spawn_node(&[&closed, &live.url], Limits::default()).await;
+    let retries = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("switchyard_http_retries_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // Until the dead worker has refused three connections (placement picks it about half the
+    // time), every request still succeeds: each refused one is placed again on worker 2.
+    let mut sent = 0;
+    loop {
+        let response = node
+            .call("/v1/completions", json!({"model": "m", "prompt": [sent]}))
+            .await;
+        assert_eq!(response.status(), 200, "request {sent}");
+        sent += 1;
+        let metrics = node.get("/metrics").await.text().await.unwrap();
+        if retries(&metrics) >= 3.0 {
+            break;
+        }
+        assert!(sent < 100, "the dead worker was never picked three times");
+    }
+    let state: serde_json::Value = node.get("/debug/state").await.json().await.unwrap();
+    let breaker = &state["worker_breaker"];
+    assert_eq!(breaker[0]["worker"], 1, "{breaker}");
+    assert_eq!(breaker[0]["ejected"], true, "{breaker}");
+    // Ejected: no request goes near it (no more retries) for its ejection.
+    for n in 0..10 {
+        let response = node
+            .call(
+                "/v1/completions",
+                json!({"model": "m", "prompt": [1000 + n]}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let metrics = node.get("/metrics").await.text().await.unwrap();
+    assert_eq!(retries(&metrics), 3.0, "{metrics}");
+    node.assert_idle().await;
 }

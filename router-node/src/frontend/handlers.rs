@@ -12,14 +12,14 @@ use super::admit::{Class, admit, route_request};
 use super::classify::classify;
 use super::error::ApiError;
 use super::openai::{Endpoint, ParsedRequest, PromptInput};
-use super::proxy::{BookingGuard, forward};
+use super::proxy::{BookingGuard, UPSTREAM_CONNECT, forward};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use router_core::{Phase, RequestId};
+use router_core::{Phase, RequestId, WorkerId};
 use serde_json::json;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -209,29 +209,64 @@ async fn admit_and_forward(
         };
         return super::disagg::admit_and_forward(state, decode, d).await;
     }
-    let id = RequestId(uuid::Uuid::now_v7());
-    let route = route_request(
-        state,
-        id,
-        class,
-        Phase::Aggregated,
-        tokens,
-        request.max_tokens,
-    );
-    let admission = admit(state, &state.router, class, route).await?;
-    // No await between the admission and the guard: a dropped handler never leaks a booking.
-    let guard =
-        BookingGuard::new(state.router.clone(), id, state.metrics.clone()).with_permit(permit);
-    forward(
-        state,
-        &request,
-        admission.rank.worker,
-        headers,
-        &class.name,
-        guard,
-    )
-    .await
+    // A worker that refuses the connection gets the request placed once more, elsewhere;
+    // nothing reached the client yet. Ejected workers are avoided from the start.
+    let mut avoid = state.breaker.ejected();
+    let mut permit = Some(permit);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let id = RequestId(uuid::Uuid::now_v7());
+        let mut route = route_request(
+            state,
+            id,
+            class,
+            Phase::Aggregated,
+            tokens.clone(),
+            request.max_tokens,
+        );
+        if !avoid.is_empty()
+            && let Some(known) = state.directory.workers()
+        {
+            let allowed: Vec<WorkerId> = known.into_iter().filter(|w| !avoid.contains(w)).collect();
+            // With every worker out, place anywhere rather than nowhere.
+            if !allowed.is_empty() {
+                route.eligibility.allowed_workers = Some(allowed);
+            }
+        }
+        let admission = admit(state, &state.router, class, route).await?;
+        let worker = admission.rank.worker;
+        // No await between the admission and the guard: a dropped handler never leaks a booking.
+        let mut guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
+        if let Some(permit) = permit.take() {
+            guard = guard.with_permit(permit);
+        }
+        match forward(state, &request, worker, headers, &class.name, guard).await {
+            Err(e) if e.reason == UPSTREAM_CONNECT => {
+                state.breaker.failed(worker);
+                // The failed attempt's guard returned the permit: take one again to retry.
+                let again = state.permits.clone().try_acquire_owned().ok();
+                if attempt >= MAX_ATTEMPTS || again.is_none() {
+                    return Err(e);
+                }
+                tracing::info!(%worker, "worker refused the connection: placing the request elsewhere");
+                state.metrics.retried(&class.name);
+                permit = again;
+                avoid.push(worker);
+            }
+            answer => {
+                if answer.is_ok() {
+                    state.breaker.reached(worker);
+                }
+                return answer;
+            }
+        }
+    }
 }
+
+/// Placements of one aggregated request: the first, and one more when its worker refused
+/// the connection.
+const MAX_ATTEMPTS: u32 = 2;
 
 /// The request body, at most `limit` bytes (checked against `Content-Length` first, then
 /// while reading).
@@ -318,7 +353,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// The admitting router's `Observe` snapshot at the top level, the classifier decisions per
-/// rule under `classifiers` and, when the node is attached, every actor's snapshot under
+/// rule under `classifiers`, workers that refused connections under `worker_breaker` and, when the node is attached, every actor's snapshot under
 /// `node` (routers of all pools, peer sync, KV events, registry).
 pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
     let Ok(snapshot) = state.router.observe().await else {
@@ -331,6 +366,8 @@ pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response 
     if let Some(map) = body.as_object_mut() {
         let counts = serde_json::to_value(state.classified.snapshot()).unwrap_or_default();
         map.insert("classifiers".to_owned(), counts);
+        let breaker = serde_json::to_value(state.breaker.snapshot()).unwrap_or_default();
+        map.insert("worker_breaker".to_owned(), breaker);
         if let Some(node) = state.metrics.node() {
             map.insert("node".to_owned(), node.gather().await.to_json());
         }

@@ -24,6 +24,7 @@
 
 mod admit;
 mod assemble;
+mod breaker;
 mod chat_template;
 mod classify;
 mod disagg;
@@ -69,6 +70,12 @@ use tokio::sync::{Semaphore, watch};
 pub trait WorkerDirectory: Send + Sync {
     /// Base URL of the worker's OpenAI API (`http://host:port`, no trailing `/v1`).
     fn endpoint(&self, worker: WorkerId) -> Option<String>;
+
+    /// Every worker it knows (to place a request anywhere but some workers). `None`: it
+    /// cannot list them (placement then cannot avoid a failing worker).
+    fn workers(&self) -> Option<Vec<WorkerId>> {
+        None
+    }
 }
 
 /// A fixed map from worker to base URL.
@@ -78,6 +85,10 @@ pub struct StaticDirectory(pub HashMap<WorkerId, String>);
 impl WorkerDirectory for StaticDirectory {
     fn endpoint(&self, worker: WorkerId) -> Option<String> {
         self.0.get(&worker).cloned()
+    }
+
+    fn workers(&self) -> Option<Vec<WorkerId>> {
+        Some(self.0.keys().copied().collect())
     }
 }
 
@@ -162,6 +173,9 @@ pub struct AppState {
     /// Whether the node's bus connection is up (`/ready` says so in its body). `None`: no
     /// bus to lose (a frontend without a node).
     pub bus_connected: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// Workers that refused connections: a request is retried once elsewhere, and a worker
+    /// that keeps refusing is ejected for a while (`breaker`).
+    pub breaker: Arc<breaker::WorkerBreaker>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -200,6 +214,7 @@ impl AppState {
             prompter: Prompter::default(),
             forward_token_ids: false,
             bus_connected: None,
+            breaker: Arc::new(breaker::WorkerBreaker::default()),
         })
     }
 

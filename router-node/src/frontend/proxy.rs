@@ -79,6 +79,10 @@ impl Drop for BookingGuard {
 
 pub(super) type Upstream = BoxStream<'static, reqwest::Result<Bytes>>;
 
+/// The error reason of a connection to a worker that failed: the request never reached it,
+/// so it may be placed again elsewhere.
+pub(super) const UPSTREAM_CONNECT: &str = "upstream_connect";
+
 /// Forwards `request` to `worker` and answers the client. `guard` moves into the response
 /// body for a streaming client, so the booking lives exactly as long as the stream.
 pub(crate) async fn forward(
@@ -143,11 +147,13 @@ async fn forward_leg(
         call = call.headers(propagated);
     }
     let response = call.send().await.map_err(|e| {
-        ApiError::upstream(
-            Stage::Dispatch,
-            "upstream_connect",
-            format!("{worker}: {e}"),
-        )
+        // Only a refused or failed connection is known not to have reached the worker.
+        let reason = if e.is_connect() {
+            UPSTREAM_CONNECT
+        } else {
+            "upstream_send"
+        };
+        ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
     })?;
     let status = response.status();
     if !status.is_success() {

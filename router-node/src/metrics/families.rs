@@ -31,6 +31,7 @@ fn wait_histogram() -> Histogram {
 pub(super) struct HttpFamilies {
     pub requests: Counters,
     pub rejections: Counters,
+    pub retries: Counters,
     pub classified: Counters,
     pub admission_latency: HistogramFamily,
     pub queue_wait: HistogramFamily,
@@ -44,6 +45,7 @@ impl HttpFamilies {
         let f = Self {
             requests: Counters::default(),
             rejections: Counters::default(),
+            retries: Counters::default(),
             classified: Counters::default(),
             admission_latency: Family::new_with_constructor(latency_histogram as fn() -> _),
             queue_wait: Family::new_with_constructor(wait_histogram as fn() -> _),
@@ -61,6 +63,11 @@ impl HttpFamilies {
             "http_rejections",
             "Requests answered with an error, by policy class and reason",
             f.rejections.clone(),
+        );
+        r.register(
+            "http_retries",
+            "Requests placed again on another worker because theirs refused the connection, by policy class",
+            f.retries.clone(),
         );
         r.register(
             "classified_requests",

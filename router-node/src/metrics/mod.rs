@@ -29,6 +29,8 @@
 //! - `switchyard_route_seconds{class}`: an admission's latency minus its queue wait: the
 //!   router's own time (mailbox round trip, gate, selection, booking). Admissions only.
 //!   `admission_latency_seconds` is the sum of both (gate + wait + select + book).
+//! - `switchyard_http_retries_total{class}`: requests placed again on another worker because
+//!   theirs refused the connection (once per request at most).
 //! - `switchyard_scrape_errors_total{component}`: node actors (`router`, `peer_sync`,
 //!   `kv_events`, `registry`, `engine_link`) that were gone or slower than the scrape timeout, and so left
 //!   out of a scrape.
@@ -164,6 +166,14 @@ impl Metrics {
                 ("class", class.to_owned()),
                 ("reason", reason.to_owned()),
             ])
+            .inc();
+    }
+
+    /// A request placed again on another worker after its worker refused the connection.
+    pub fn retried(&self, class: &str) {
+        self.http
+            .retries
+            .get_or_create(&vec![("class", class.to_owned())])
             .inc();
     }
 
