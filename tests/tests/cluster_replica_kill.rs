@@ -6,56 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_system_tests::support::load::{clients, finish};
 use switchyard_system_tests::support::{ClusterBuilder, Role};
 use tokio::time::Instant;
 
 const CLIENTS: usize = 4;
-
-/// One client: requests back to back until `stop`; returns (ok, failures with their send time).
-async fn client(url: String, id: usize, stop: Arc<AtomicBool>) -> (u64, Vec<(Instant, String)>) {
-    let http = reqwest::Client::new();
-    let (mut ok, mut failures) = (0u64, Vec::new());
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let sent = Instant::now();
-        let body =
-            json!({"model": "sim", "prompt": format!("client {id} request {n}"), "max_tokens": 24});
-        let answer = http
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .timeout(Duration::from_secs(20))
-            .send()
-            .await;
-        match answer {
-            Ok(r) if r.status().as_u16() == 200 => {
-                let text = r
-                    .json::<Value>()
-                    .await
-                    .ok()
-                    .and_then(|v| v["choices"][0]["text"].as_str().map(|t| !t.is_empty()));
-                if text == Some(true) {
-                    ok += 1;
-                } else {
-                    failures.push((sent, "200 without a completion".to_owned()));
-                }
-            }
-            Ok(r) => {
-                let status = r.status().as_u16();
-                failures.push((
-                    sent,
-                    format!("{status}: {}", r.text().await.unwrap_or_default()),
-                ));
-            }
-            Err(e) => failures.push((sent, e.to_string())),
-        }
-    }
-    (ok, failures)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replica_fails_only_its_in_flight_requests() {
@@ -68,10 +24,7 @@ async fn a_killed_replica_fails_only_its_in_flight_requests() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     let url = cluster.url();
     let http = reqwest::Client::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|id| tokio::spawn(client(url.clone(), id, Arc::clone(&stop))))
-        .collect();
+    let (stop, load) = clients(&url, CLIENTS, 24);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let killed_at = Instant::now();
@@ -94,15 +47,8 @@ async fn a_killed_replica_fails_only_its_in_flight_requests() {
     };
     // Load after HAProxy took it out.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::Relaxed);
-    let failures = Arc::new(Mutex::new(Vec::new()));
-    let mut ok = 0;
-    for c in clients {
-        let (n, f) = c.await.unwrap();
-        ok += n;
-        failures.lock().unwrap().extend(f);
-    }
-    let failures = failures.lock().unwrap().clone();
+    let run = finish(stop, load).await;
+    let (ok, failures) = (run.ok, run.failures);
     let after_down: Vec<&(Instant, String)> = failures
         .iter()
         .filter(|(sent, _)| *sent >= down_at)

@@ -7,52 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use switchyard_system_tests::support::load::{clients, finish};
 use switchyard_system_tests::support::{ClusterBuilder, Role};
 use tokio::time::Instant;
 
 const CLIENTS: usize = 4;
-
-/// One client: requests back to back until `stop`; returns (ok, failures).
-async fn client(url: String, id: usize, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
-    let http = reqwest::Client::new();
-    let (mut ok, mut failures) = (0u64, Vec::new());
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let body =
-            json!({"model": "sim", "prompt": format!("client {id} request {n}"), "max_tokens": 16});
-        let answer = http
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .timeout(Duration::from_secs(20))
-            .send()
-            .await;
-        match answer {
-            Ok(r) if r.status().as_u16() == 200 => {
-                let text = r
-                    .json::<Value>()
-                    .await
-                    .ok()
-                    .and_then(|v| v["choices"][0]["text"].as_str().map(|t| !t.is_empty()));
-                if text == Some(true) {
-                    ok += 1;
-                } else {
-                    failures.push("200 without a completion".to_owned());
-                }
-            }
-            Ok(r) => {
-                let status = r.status().as_u16();
-                failures.push(format!("{status}: {}", r.text().await.unwrap_or_default()));
-            }
-            Err(e) => failures.push(e.to_string()),
-        }
-    }
-    (ok, failures)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_every_replica_under_load_fails_no_request() {
@@ -67,10 +27,7 @@ async fn a_rolling_restart_of_every_replica_under_load_fails_no_request() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     let url = cluster.url();
     let http = reqwest::Client::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|id| tokio::spawn(client(url.clone(), id, Arc::clone(&stop))))
-        .collect();
+    let (stop, load) = clients(&url, CLIENTS, 16);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     for i in 0..cluster.replicas.len() {
@@ -96,13 +53,8 @@ async fn a_rolling_restart_of_every_replica_under_load_fails_no_request() {
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut failures) = (0, Vec::new());
-    for c in clients {
-        let (n, f) = c.await.unwrap();
-        ok += n;
-        failures.extend(f);
-    }
+    let run = finish(stop, load).await;
+    let (ok, failures) = (run.ok, run.failures);
     println!(
         "rolling restart of {} replicas: {ok} requests ok, {} failed",
         cluster.replicas.len(),

@@ -24,6 +24,7 @@
 
 pub mod cluster;
 pub mod haproxy;
+pub mod load;
 pub mod observe;
 pub mod process;
 pub mod vllm;

@@ -364,6 +364,11 @@ impl SimWorker {
         self.proc.id()
     }
 
+    /// SIGKILL: the worker dies with its streams in flight.
+    pub fn kill(self) -> Stopped {
+        self.proc.kill()
+    }
+
     pub fn output(&self) -> String {
         self.proc.output()
     }
