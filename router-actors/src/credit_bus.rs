@@ -4,7 +4,7 @@
 //! messages (no sequence of their own): a lost one is repaired by the next periodic report
 //! or a repeated ask (see `router_core::credits`).
 
-use crate::bus::Bus;
+use crate::bus::{Bus, publish_sealed};
 use crate::router::RouterHandle;
 use crate::wire::{self, CreditEnvelope, Outbox, Subjects, WireCounters};
 use futures::StreamExt;
@@ -62,10 +62,7 @@ pub fn spawn_credit_publisher(
                 to: out.to.0,
                 msg: out.msg,
             };
-            let sent = match outbox.seal(&subject, body) {
-                Ok(bytes) => bus.publish(subject.clone(), bytes).await.is_ok(),
-                Err(_) => false,
-            };
+            let sent = publish_sealed(bus.as_ref(), &mut outbox, &subject, body).await;
             let counter = if sent {
                 &counters.published
             } else {

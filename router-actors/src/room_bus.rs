@@ -4,7 +4,7 @@
 //! (the peer's release arrives through peer sync) finds nothing to admit, and drains again
 //! when its decode view moves (its local signal) or at its periodic recheck.
 
-use crate::bus::Bus;
+use crate::bus::{Bus, publish_sealed};
 use crate::room_view::RoomReader;
 use crate::router::{RouterHandle, RouterMsg};
 use crate::wire::{self, Outbox, RoomChanged, Subjects, WireCounters};
@@ -37,16 +37,11 @@ pub fn spawn_room_publisher(
         let mut signals = room.signals();
         while signals.changed().await.is_ok() {
             let epoch = *signals.borrow_and_update();
-            let sent = match outbox.seal(
-                &subject,
-                RoomChanged {
-                    epoch,
-                    classes: Vec::new(),
-                },
-            ) {
-                Ok(bytes) => bus.publish(subject.clone(), bytes).await.is_ok(),
-                Err(_) => false,
+            let body = RoomChanged {
+                epoch,
+                classes: Vec::new(),
             };
+            let sent = publish_sealed(bus.as_ref(), &mut outbox, &subject, body).await;
             let counter = if sent {
                 &counters.published
             } else {

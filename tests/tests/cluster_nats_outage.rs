@@ -8,71 +8,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use serde_json::Value;
 use std::time::Duration;
+use switchyard_system_tests::support::load::{clients, finish};
 use switchyard_system_tests::support::{ClusterBuilder, Role};
+use tokio::time::Instant;
 
 const CLIENTS: usize = 4;
 const OUTAGE: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct Tally {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    during_outage: AtomicU64,
-}
-
-/// One client: requests back to back until `stop`; each must answer 200 with text.
-async fn client(
-    url: String,
-    id: usize,
-    stop: Arc<AtomicBool>,
-    outage: Arc<AtomicBool>,
-    tally: Arc<Tally>,
-) -> Vec<String> {
-    let http = reqwest::Client::new();
-    let mut failures = Vec::new();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let body =
-            json!({"model": "sim", "prompt": format!("client {id} request {n}"), "max_tokens": 4});
-        let answer = http
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .timeout(Duration::from_secs(20))
-            .send()
-            .await;
-        let ok = match answer {
-            Ok(r) if r.status().as_u16() == 200 => r
-                .json::<Value>()
-                .await
-                .ok()
-                .and_then(|v| v["choices"][0]["text"].as_str().map(|t| !t.is_empty()))
-                .unwrap_or(false),
-            Ok(r) => {
-                let status = r.status().as_u16();
-                failures.push(format!("{status}: {}", r.text().await.unwrap_or_default()));
-                false
-            }
-            Err(e) => {
-                failures.push(e.to_string());
-                false
-            }
-        };
-        if ok {
-            tally.ok.fetch_add(1, Ordering::Relaxed);
-            if outage.load(Ordering::Relaxed) {
-                tally.during_outage.fetch_add(1, Ordering::Relaxed);
-            }
-        } else {
-            tally.failed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    failures
-}
 
 async fn ready_bodies(http: &reqwest::Client, urls: &[String]) -> Vec<(u16, Value)> {
     let mut out = Vec::new();
@@ -100,24 +43,11 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         .collect();
     let http = reqwest::Client::new();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let outage = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|id| {
-            tokio::spawn(client(
-                url.clone(),
-                id,
-                Arc::clone(&stop),
-                Arc::clone(&outage),
-                Arc::clone(&tally),
-            ))
-        })
-        .collect();
+    let (stop, load) = clients(&url, CLIENTS, 4);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     cluster.nats.stop();
-    outage.store(true, Ordering::Relaxed);
+    let outage_from = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     for (status, body) in ready_bodies(&http, &replica_urls).await {
         assert_eq!(status, 200, "a replica without NATS stays ready: {body}");
@@ -125,9 +55,9 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
     }
     tokio::time::sleep(OUTAGE - Duration::from_secs(3)).await;
     cluster.nats.restart().await.unwrap();
-    outage.store(false, Ordering::Relaxed);
+    let outage_to = Instant::now();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let bodies = ready_bodies(&http, &replica_urls).await;
         if bodies
@@ -136,23 +66,17 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not reconnected: {bodies:?}"
-        );
+        assert!(Instant::now() < deadline, "not reconnected: {bodies:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut failures = Vec::new();
-    for c in clients {
-        failures.extend(c.await.unwrap());
-    }
+    let run = finish(stop, load).await;
     let (ok, failed, during) = (
-        tally.ok.load(Ordering::Relaxed),
-        tally.failed.load(Ordering::Relaxed),
-        tally.during_outage.load(Ordering::Relaxed),
+        run.ok_count(),
+        run.failures.len(),
+        run.ok_between(outage_from, outage_to),
     );
+    let failures = &run.failures;
     println!(
         "NATS outage {OUTAGE:?}: {ok} requests ok ({during} during the outage), {failed} failed"
     );

@@ -48,7 +48,7 @@ async fn a_killed_replica_fails_only_its_in_flight_requests() {
     // Load after HAProxy took it out.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let run = finish(stop, load).await;
-    let (ok, failures) = (run.ok, run.failures);
+    let (ok, failures) = (run.ok_count(), run.failures);
     let after_down: Vec<&(Instant, String)> = failures
         .iter()
         .filter(|(sent, _)| *sent >= down_at)

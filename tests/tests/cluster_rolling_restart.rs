@@ -54,7 +54,7 @@ async fn a_rolling_restart_of_every_replica_under_load_fails_no_request() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let run = finish(stop, load).await;
-    let (ok, failures) = (run.ok, run.failures);
+    let (ok, failures) = (run.ok_count(), run.failures);
     println!(
         "rolling restart of {} replicas: {ok} requests ok, {} failed",
         cluster.replicas.len(),

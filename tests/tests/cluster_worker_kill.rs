@@ -34,7 +34,7 @@ async fn a_killed_worker_fails_only_its_in_flight_requests() {
     // placed again on another worker.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let run = finish(stop, load).await;
-    let (ok, failures) = (run.ok, run.failures);
+    let (ok, failures) = (run.ok_count(), run.failures);
     let late: Vec<&(Instant, String)> = failures
         .iter()
         .filter(|(sent, _)| sent.duration_since(killed_at) > Duration::from_millis(100))

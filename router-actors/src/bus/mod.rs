@@ -88,6 +88,20 @@ pub trait Bus: Send + Sync + 'static {
     }
 }
 
+/// Seals `body` in `outbox`'s next envelope on `subject` and publishes it; false when it
+/// could not be encoded or published (the caller counts it).
+pub async fn publish_sealed<T: serde::Serialize>(
+    bus: &dyn Bus,
+    outbox: &mut crate::wire::Outbox,
+    subject: &str,
+    body: T,
+) -> bool {
+    match outbox.seal(subject, body) {
+        Ok(bytes) => bus.publish(subject.to_owned(), bytes).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
 /// Whether `subject` matches the subscription `pattern` (`*` = one token, `>` = the rest).
 pub fn subject_matches(pattern: &str, subject: &str) -> bool {
     let mut p = pattern.split('.');

@@ -7,12 +7,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// What one client saw: requests answered with a completion, and each failure with the time
-/// its request was sent.
+/// What one client saw: when each request answered with a completion was sent, and each
+/// failure with the time its request was sent.
 #[derive(Debug, Default)]
 pub struct ClientRun {
-    pub ok: u64,
+    pub ok: Vec<Instant>,
     pub failures: Vec<(Instant, String)>,
+}
+
+impl ClientRun {
+    /// Requests that succeeded.
+    pub fn ok_count(&self) -> usize {
+        self.ok.len()
+    }
+
+    /// Requests sent within `[from, to)` that succeeded.
+    pub fn ok_between(&self, from: Instant, to: Instant) -> usize {
+        self.ok.iter().filter(|t| **t >= from && **t < to).count()
+    }
 }
 
 /// Sends requests of `max_tokens` output tokens to `url` back to back until `stop`; a
@@ -48,7 +60,7 @@ pub async fn client(url: String, id: usize, max_tokens: u32, stop: Arc<AtomicBoo
             Err(e) => Some(e.to_string()),
         };
         match failure {
-            None => run.ok += 1,
+            None => run.ok.push(sent),
             Some(why) => run.failures.push((sent, why)),
         }
     }
@@ -77,7 +89,7 @@ pub async fn finish(
     let mut total = ClientRun::default();
     for handle in handles {
         if let Ok(run) = handle.await {
-            total.ok += run.ok;
+            total.ok.extend(run.ok);
             total.failures.extend(run.failures);
         }
     }
