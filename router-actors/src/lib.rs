@@ -28,6 +28,7 @@ pub mod credit_bus;
 pub mod edge;
 pub mod kv_events;
 pub mod lag;
+mod liveness;
 pub mod node;
 pub mod peer_sync;
 pub mod registry;

@@ -21,6 +21,7 @@ use crate::bus::Bus;
 use crate::clock::Clock;
 use crate::credit_bus::{CreditBusCounters, spawn_credit_publisher, spawn_credit_subscriber};
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle, kv_events_child};
+use crate::liveness::{readiness, watch_alive};
 use crate::peer_sync::{PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, peer_sync_child};
 use crate::registry::{
     RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared, registry_child,
@@ -479,47 +480,4 @@ fn credit_pool(topology: Topology) -> Option<PoolRole> {
         Topology::Disaggregated => Some(PoolRole::Decode),
         Topology::Aggregated => Some(PoolRole::Aggregated),
     }
-}
-
-/// True until the supervisor's task ends (escalation or stop).
-fn watch_alive(supervisor_done: JoinHandle<()>) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(true);
-    tokio::spawn(async move {
-        let _ = supervisor_done.await;
-        tx.send_replace(false);
-    });
-    rx
-}
-
-fn readiness(
-    peers: &[(PoolRole, PeerSyncHandle)],
-    mut workers: watch::Receiver<usize>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    let mut peers: Vec<watch::Receiver<bool>> = peers.iter().map(|(_, p)| p.ready()).collect();
-    tasks.push(tokio::spawn(async move {
-        loop {
-            let ok = *workers.borrow() > 0 && peers.iter().all(|p| *p.borrow());
-            tx.send_replace(ok);
-            let changed = {
-                let peer_change = async {
-                    if peers.is_empty() {
-                        futures::future::pending::<()>().await;
-                    }
-                    futures::future::select_all(peers.iter_mut().map(|p| Box::pin(p.changed())))
-                        .await
-                        .0
-                };
-                tokio::select! {
-                    c = workers.changed() => c,
-                    c = peer_change => c,
-                }
-            };
-            if changed.is_err() {
-                break;
-            }
-        }
-    }));
-    rx
 }

@@ -39,6 +39,7 @@
 
 mod feed;
 mod inbound;
+mod membership;
 mod observe;
 mod state;
 

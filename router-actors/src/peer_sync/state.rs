@@ -78,7 +78,7 @@ pub struct PeerSyncState {
     pub(super) config: PeerSyncConfig,
     ready: watch::Sender<bool>,
     /// The live peers, for the router's room credits.
-    peers_out: watch::Sender<Vec<RouterId>>,
+    pub(super) peers_out: watch::Sender<Vec<RouterId>>,
     pub(super) myself: ActorRef<PeerSyncMsg>,
     pub(super) outbox: Outbox,
     /// Index of the last own delta sequenced (the router's count of deltas handed over).
@@ -153,7 +153,7 @@ impl PeerSyncState {
     }
 
     /// Sequences and publishes one message on the bookings subject.
-    async fn publish(&mut self, body: BookingMsg) {
+    pub(super) async fn publish(&mut self, body: BookingMsg) {
         let payload = match self.outbox.seal(&self.bookings_subject, body) {
             Ok(payload) => payload,
             Err(error) => {
@@ -424,40 +424,6 @@ impl PeerSyncState {
             }
         }
         self.publish_peers();
-    }
-
-    /// A peer said goodbye (it is stopping): drop it and everything it holds at once.
-    pub(super) fn peer_left(&mut self, owner: RouterId) {
-        if self.peers.remove(&owner).is_none() {
-            return;
-        }
-        self.tracker.forget(owner.0);
-        self.counters.goodbyes += 1;
-        tracing::info!(peer = %owner, "peer said goodbye: its bookings are dropped");
-        if self.router.cast(RouterMsg::PeerGone(owner)).is_err() {
-            self.counters.router_gone += 1;
-        }
-        self.publish_peers();
-    }
-
-    /// Publishes a goodbye on the bookings subject (this router is stopping), so peers drop
-    /// its bookings at once instead of at the end of its lease.
-    pub(super) async fn goodbye(&mut self) {
-        self.publish(BookingMsg::Goodbye).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.bus.flush()).await;
-    }
-
-    /// Tells the router which peers are live now (when that changed).
-    pub(super) fn publish_peers(&self) {
-        let mut now: Vec<RouterId> = self.peers.keys().copied().collect();
-        now.sort();
-        self.peers_out.send_if_modified(|old| {
-            let changed = *old != now;
-            if changed {
-                *old = now;
-            }
-            changed
-        });
     }
 
     pub(super) fn set_ready(&mut self) {

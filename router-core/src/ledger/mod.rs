@@ -8,9 +8,11 @@
 //! converts the reservation. `room_epoch` rises whenever decode room may have grown, which
 //! is what `RoomChanged` carries.
 
+mod credits;
 mod delta;
 mod gate;
 mod load_index;
+mod owners;
 mod rank;
 mod reference;
 mod snapshot;
@@ -30,6 +32,7 @@ use crate::ids::{BookingKey, RankId, RouterId, WorkerId};
 use crate::policy::{ClassPolicy, PolicyProfile, RejectThresholds};
 use crate::time::Timestamp;
 use crate::worker::WorkerSpec;
+use credits::own_size;
 use load_index::LoadIndex;
 use rank::RankState;
 use rustc_hash::FxHashMap;
@@ -78,11 +81,6 @@ pub enum ReserveResult {
     /// The decode leg booked first: nothing to hold.
     AlreadyBooked,
     UnknownRank,
-}
-
-/// What one booking takes out of its owner's credits: every block whole.
-fn own_size(booking: &Booking) -> u64 {
-    booking.block_hashes.len() as u64 + booking.extra_blocks
 }
 
 #[derive(Debug)]
@@ -347,123 +345,6 @@ impl BookingLedger {
     /// When the next reservation lease ends, so an actor can arm one timer.
     pub fn next_reservation_expiry(&self) -> Option<Timestamp> {
         self.expiries.first().map(|(at, _)| *at)
-    }
-
-    /// Releases every booking and reservation `owner` holds (a peer that died or a router
-    /// rebuilding its own state). Returns how many were dropped.
-    pub fn release_owner(&mut self, owner: RouterId) -> usize {
-        let booked: Vec<BookingKey> = self
-            .bookings
-            .keys()
-            .filter(|k| k.owner == owner)
-            .copied()
-            .collect();
-        let reserved: Vec<BookingKey> = self
-            .reservations
-            .keys()
-            .filter(|k| k.owner == owner)
-            .copied()
-            .collect();
-        for key in booked.iter().chain(&reserved) {
-            self.release(key);
-        }
-        self.applied_seq.remove(&owner);
-        booked.len() + reserved.len()
-    }
-
-    /// Turns room credits on for `owner` (this router): from now on every rank's class
-    /// headroom is also bounded by the credits held there less what `owner`'s own bookings
-    /// and reservations take, and a rank starts with no credits.
-    pub fn enable_credits(&mut self, owner: RouterId) {
-        if self.credit_owner == Some(owner) {
-            return;
-        }
-        self.credit_owner = Some(owner);
-        let own: Vec<(usize, u64)> = self
-            .bookings
-            .iter()
-            .filter(|(k, _)| k.owner == owner)
-            .map(|(_, h)| (h.slot, own_size(&h.booking)))
-            .chain(
-                self.reservations
-                    .iter()
-                    .filter(|(k, _)| k.owner == owner)
-                    .map(|(_, (r, slot))| (*slot, r.blocks)),
-            )
-            .collect();
-        for slot in 0..self.slots.len() {
-            if let Some(rank) = self.slots[slot].as_mut() {
-                rank.credit_held = Some(0);
-                rank.own_blocks = 0;
-            }
-        }
-        for (slot, blocks) in own {
-            self.rank_mut(slot).own_blocks += blocks;
-        }
-        for slot in 0..self.slots.len() {
-            self.refresh(slot);
-        }
-        self.epoch += 1;
-    }
-
-    pub fn credits_enabled(&self) -> bool {
-        self.credit_owner.is_some()
-    }
-
-    /// The credits this router now holds on `rank` (credits on). Raises the room epoch
-    /// when they grew.
-    pub fn set_credit_held(&mut self, rank: RankId, held: u64) {
-        if self.credit_owner.is_none() {
-            return;
-        }
-        let Some(&slot) = self.by_rank.get(&rank) else {
-            return;
-        };
-        let state = self.rank_mut(slot);
-        let before = state.credit_held.unwrap_or(0);
-        if state.credit_held == Some(held) {
-            return;
-        }
-        state.credit_held = Some(held);
-        self.refresh(slot);
-        self.epoch += 1;
-        if held > before {
-            self.room_epoch += 1;
-        }
-    }
-
-    /// Blocks this router's own bookings and reservations take on `rank` (credits on).
-    pub fn own_blocks(&self, rank: RankId) -> u64 {
-        self.by_rank
-            .get(&rank)
-            .and_then(|slot| self.rank(*slot))
-            .map_or(0, |r| r.own_blocks)
-    }
-
-    /// Decode room may have grown elsewhere (credits given back to this router as owner):
-    /// raise the room epoch so waiting gates look again.
-    pub fn raise_room_epoch(&mut self) {
-        self.room_epoch += 1;
-        self.epoch += 1;
-    }
-
-    /// Every live booking key of `owner` (for digests and snapshots).
-    /// Every live reservation of `owner`.
-    pub fn reservations_of(
-        &self,
-        owner: RouterId,
-    ) -> impl Iterator<Item = (&BookingKey, &Reservation)> {
-        self.reservations
-            .iter()
-            .filter(move |(k, _)| k.owner == owner)
-            .map(|(k, (r, _))| (k, r))
-    }
-
-    pub fn keys_of(&self, owner: RouterId) -> impl Iterator<Item = (&BookingKey, &Booking)> {
-        self.bookings
-            .iter()
-            .filter(move |(k, _)| k.owner == owner)
-            .map(|(k, h)| (k, &h.booking))
     }
 
     fn drop_reservation(&mut self, key: &BookingKey) -> Option<RankId> {
