@@ -95,6 +95,8 @@ pub struct NodeConfig {
     /// each replica admits against its own view (replicas may overshoot a decode fraction
     /// together).
     pub room_credits: bool,
+    /// Prefill pool: hold decode room at admission (`SchedulerConfig::decode_reservations`).
+    pub decode_reservations: bool,
 }
 
 impl NodeConfig {
@@ -123,6 +125,7 @@ impl NodeConfig {
             seed: 0,
             extra_children: Vec::new(),
             room_credits: true,
+            decode_reservations: true,
         }
     }
 }
@@ -192,6 +195,7 @@ impl Node {
             scheduler.reservation_lease = config.reservation_lease;
             scheduler.selection = config.selection;
             scheduler.seed = config.seed;
+            scheduler.decode_reservations = config.decode_reservations;
             let paired = (pool == PoolRole::Prefill).then(|| {
                 let decode = routers
                     .iter()

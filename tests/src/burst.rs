@@ -47,6 +47,8 @@ pub struct BurstSpec {
     /// Replicas share the decode room through room credits (`[scheduler] room_credits`);
     /// false: each admits on its own view (the design before, for contrast).
     pub room_credits: bool,
+    /// Prefill admissions hold decode room (`[scheduler] decode_reservations`).
+    pub decode_reservations: bool,
 }
 
 impl Default for BurstSpec {
@@ -66,6 +68,7 @@ impl Default for BurstSpec {
             bound_frac: 0.01,
             heartbeat_ms: 200,
             room_credits: true,
+            decode_reservations: true,
         }
     }
 }
@@ -100,8 +103,8 @@ impl BurstSpec {
             .heartbeat_ms(self.heartbeat_ms)
             .policy(&self.policy())
             .extra(&format!(
-                "[scheduler]\nroom_credits = {}\n",
-                self.room_credits
+                "[scheduler]\nroom_credits = {}\ndecode_reservations = {}\n",
+                self.room_credits, self.decode_reservations
             ))
     }
 }

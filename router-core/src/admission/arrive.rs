@@ -130,7 +130,8 @@ impl Scheduler {
         if let Err(reason) = self.book(&request, rank) {
             return self.reject(&request, reason);
         }
-        let decode_reservation = pass.decode_rank.map(|decode_rank| {
+        let reserve = self.config.decode_reservations;
+        let decode_reservation = pass.decode_rank.filter(|_| reserve).map(|decode_rank| {
             let seq = self.inflight.next_seq();
             let expires_at = now + self.config.reservation_lease;
             let blocks = request.decode_need();

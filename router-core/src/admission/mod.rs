@@ -61,6 +61,15 @@ pub struct SchedulerConfig {
     /// replays exactly.
     #[serde(default)]
     pub seed: u64,
+    /// Prefill pool: hold the decode room a request will need at its admission (on by
+    /// default). Off only to measure what reservations buy: the gate then checks decode room
+    /// without holding it, and a burst can overshoot even one router's line.
+    #[serde(default = "yes")]
+    pub decode_reservations: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl SchedulerConfig {
@@ -72,6 +81,7 @@ impl SchedulerConfig {
             reservation_lease: Duration::from_secs(30),
             selection: SelectionConfig::default(),
             seed: 0,
+            decode_reservations: true,
         }
     }
 }

@@ -212,6 +212,13 @@ impl Config {
                 format!("must be <= {}", tokio::sync::Semaphore::MAX_PERMITS),
             ));
         }
+        if self.scheduler.room_credits && !self.scheduler.decode_reservations {
+            return Err(ConfigError::invalid(
+                "scheduler.room_credits",
+                "needs scheduler.decode_reservations = true (credits are spent by reservations); \
+                 set both to false to measure without reservations",
+            ));
+        }
         if self.peer_sync.lease_ms <= self.peer_sync.heartbeat_ms {
             return Err(ConfigError::invalid(
                 "peer_sync.lease_ms",
@@ -306,6 +313,7 @@ impl Config {
         node.reservation_lease = Duration::from_millis(self.scheduler.reservation_lease_ms);
         node.recheck_every = Duration::from_millis(self.scheduler.recheck_ms);
         node.room_credits = self.scheduler.room_credits;
+        node.decode_reservations = self.scheduler.decode_reservations;
         node.peer_sync.heartbeat_every = Duration::from_millis(self.peer_sync.heartbeat_ms);
         node.peer_sync.lease = Duration::from_millis(self.peer_sync.lease_ms);
         node.peer_sync.snapshot_window = Duration::from_millis(self.peer_sync.snapshot_window_ms);

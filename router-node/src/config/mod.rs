@@ -284,6 +284,10 @@ pub struct SchedulerSection {
     /// against its own view of the others' bookings (a burst over several replicas can
     /// overshoot).
     pub room_credits: bool,
+    /// Disaggregated: hold the decode room a request will need at its prefill admission.
+    /// Off only to measure what reservations buy (a burst then overshoots the decode fraction
+    /// even with one replica); room credits need it on.
+    pub decode_reservations: bool,
 }
 
 impl Default for SchedulerSection {
@@ -292,6 +296,7 @@ impl Default for SchedulerSection {
             reservation_lease_ms: 30_000,
             recheck_ms: 1_000,
             room_credits: true,
+            decode_reservations: true,
         }
     }
 }

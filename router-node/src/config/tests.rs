@@ -81,6 +81,10 @@ fn bad_values_name_their_key() {
             "scheduler.recheck_ms must be >= 1",
         ),
         (
+            "[scheduler]\ndecode_reservations = false\n",
+            "scheduler.room_credits",
+        ),
+        (
             "[telemetry]\nlog_filter = \"info,=[\"\n",
             "telemetry.log_filter",
         ),

@@ -53,6 +53,10 @@ struct Args {
     /// contrast).
     #[arg(long)]
     no_credits: bool,
+    /// Prefill admissions do not hold decode room (and so no credits either): what
+    /// reservations buy, for contrast.
+    #[arg(long)]
+    no_reservations: bool,
     /// Exit with code 3 when a run's worst peak goes more than this many blocks over the
     /// limit (issue #15's goal: 10, 1 % of 1,024).
     #[arg(long)]
@@ -84,7 +88,8 @@ async fn run(args: Args) -> ExitCode {
         requests: args.requests as usize,
         speedup: args.speedup,
         heartbeat_ms: args.heartbeat_ms,
-        room_credits: !args.no_credits,
+        room_credits: !(args.no_credits || args.no_reservations),
+        decode_reservations: !args.no_reservations,
         ..BurstSpec::default()
     };
     eprintln!(
