@@ -538,12 +538,15 @@ async fn real_vllm_engines_behind_switchyard() {
                     .unwrap();
                 let status = response.status();
                 let text = response.text().await.unwrap_or_default();
-                // A stream dispatched to the engine as it died, or cut before its first
-                // token, is a 502 naming the worker. Anything else must be a stream.
+                // A stream dispatched to the engine as it died (refused: `upstream_connect`
+                // once no other worker could take it; sent on a connection that broke:
+                // `upstream_send`), or cut before its first token, is a 502 naming the
+                // worker. Anything else must be a stream.
                 assert!(
                     status.is_success()
                         || (status == 502
                             && (text.contains("upstream_connect")
+                                || text.contains("upstream_send")
                                 || text.contains("upstream_stream"))),
                     "{status}: {text}"
                 );
