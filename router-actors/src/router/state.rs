@@ -41,6 +41,9 @@ pub struct RouterCounters {
     pub reservations_lost: u64,
     /// Requests refused because the starting node already held `MAX_HELD` of them.
     pub refused_not_ready: u64,
+    /// Room-credit messages dropped because the credit courier's queue was full (periodic
+    /// reports repair them).
+    pub credit_messages_dropped: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -356,7 +359,10 @@ impl RouterState {
             role: self.router.scheduler().role(),
             scheduler: self.router.scheduler().snapshot(),
             waiting_replies: self.waiting.len() + self.held.len(),
-            counters: self.counters.clone(),
+            counters: RouterCounters {
+                credit_messages_dropped: self.credits.as_ref().map_or(0, |c| c.dropped),
+                ..self.counters.clone()
+            },
             peer_lag_us: self.peer_lag.summary(),
             credits: self.credit_snapshot(),
         }

@@ -244,4 +244,14 @@ impl Cluster {
         }
         stopped
     }
+
+    /// [`Self::stop`], then panics naming any router or worker process that did not exit
+    /// with code 0 (HAProxy's own exit code is not the project's).
+    pub fn stop_cleanly(self) {
+        for (name, stopped) in self.stop() {
+            if name != "haproxy" {
+                assert_eq!(stopped.code, Some(0), "{name}: {}", stopped.stderr);
+            }
+        }
+    }
 }
