@@ -3,10 +3,13 @@
 //! disaggregated fleet (reservations on the decode pool) and in an aggregated one (bookings
 //! on the one pool). What they commit together on every rank stays under the class line (the
 //! sum of every node's own reservations and bookings, not any one node's view), and the room
-//! is used: every request that fits is admitted.
+//! is used: every request that fits is admitted. The same holds for an aggregated pool's
+//! prefill line: the prompt tokens booked on a rank pass it by at most one prompt, as with
+//! one router.
 
 mod support;
 
+use router_actors::testkit::NatsServer;
 use router_actors::{Node, Topology};
 use router_core::{PolicyProfile, PoolRole, RankId, RouteRequest};
 use std::collections::HashMap;
@@ -37,18 +40,36 @@ fn room_pool(topology: Topology) -> PoolRole {
     }
 }
 
-/// What every node committed on each rank of the room pool (its own reservations and its
-/// own bookings, every block whole), summed: the fleet's real commitment.
-async fn committed_per_rank(nodes: &[Node], pool: PoolRole) -> HashMap<RankId, u64> {
+/// An aggregated class with a prefill line of 3,000 tokens and no decode line.
+const PREFILL_PROFILE: &str = r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 30000
+quantum = 100
+prefill_busy_threshold = 3000
+"#;
+const PREFILL_LINE: u64 = 3000;
+/// Prompt tokens of one burst request (75 blocks of 16).
+const PROMPT: u64 = NEED as u64 * 16;
+
+/// What every node committed on each rank of the room pool, summed: the fleet's real
+/// commitment. Decode: its own reservations and bookings, every block whole; prefill: the
+/// prompt tokens of its own bookings.
+async fn committed_per_rank(nodes: &[Node], pool: PoolRole, prefill: bool) -> HashMap<RankId, u64> {
     let mut total = HashMap::new();
     for node in nodes {
         let router = node.router(pool).expect("room pool");
         let own = router.own_state().await.expect("router alive");
         for (_, r) in own.reservations {
-            *total.entry(r.rank).or_insert(0) += r.blocks;
+            *total.entry(r.rank).or_insert(0) += if prefill { 0 } else { r.blocks };
         }
         for (_, b) in own.bookings {
-            *total.entry(b.rank).or_insert(0) += b.block_hashes.len() as u64 + b.extra_blocks;
+            *total.entry(b.rank).or_insert(0) += if prefill {
+                b.prefill_tokens
+            } else {
+                b.block_hashes.len() as u64 + b.extra_blocks
+            };
         }
     }
     total
@@ -56,21 +77,60 @@ async fn committed_per_rank(nodes: &[Node], pool: PoolRole) -> HashMap<RankId, u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_disaggregated_replicas_taking_one_burst_never_reserve_past_the_decode_line() {
-    burst_through_three_replicas(Topology::Disaggregated).await;
+    // 512 / 75 = 6 requests per rank: twelve fit, and the credits let all twelve in.
+    let fits = 2 * (LINE / u64::from(NEED)) as usize;
+    let (_server, nodes) =
+        burst_through_three_replicas(Topology::Disaggregated, DISAGG_PROFILE, fits).await;
+    check_committed(nodes, PoolRole::Decode, false, LINE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_aggregated_replicas_taking_one_burst_never_book_past_the_decode_line() {
-    burst_through_three_replicas(Topology::Aggregated).await;
+    let fits = 2 * (LINE / u64::from(NEED)) as usize;
+    let (_server, nodes) =
+        burst_through_three_replicas(Topology::Aggregated, DISAGG_PROFILE, fits).await;
+    check_committed(nodes, PoolRole::Aggregated, false, LINE).await;
 }
 
-async fn burst_through_three_replicas(topology: Topology) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_aggregated_replicas_taking_one_burst_stay_within_a_prompt_of_the_prefill_line() {
+    // Prefill never ends here (no first token): a rank takes prompts while at or under the
+    // line, 0, 1,200 and 2,400 tokens, so three per rank, as one router would.
+    let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
+    let (_server, nodes) =
+        burst_through_three_replicas(Topology::Aggregated, PREFILL_PROFILE, fits).await;
+    check_committed(nodes, PoolRole::Aggregated, true, PREFILL_LINE + PROMPT).await;
+}
+
+/// What the fleet committed on each rank is within `bound`; then the nodes stop.
+async fn check_committed(nodes: Vec<Node>, pool: PoolRole, prefill: bool, bound: u64) {
+    let committed = committed_per_rank(&nodes, pool, prefill).await;
+    assert_eq!(committed.len(), 2, "{committed:?}");
+    for (rank, amount) in &committed {
+        assert!(
+            *amount <= bound,
+            "{amount} committed on {rank:?}, bound {bound}"
+        );
+    }
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+/// Sixty requests at once through three replicas (round robin); exactly `fits` of them
+/// are admitted. Returns the nodes, still up, for the caller to inspect (and the
+/// nats-server they need).
+async fn burst_through_three_replicas(
+    topology: Topology,
+    profile: &str,
+    fits: usize,
+) -> (NatsServer, Vec<Node>) {
     let server = start_nats().await;
     let mut buses = Vec::new();
     let mut nodes = Vec::new();
     for id in 1..=3u128 {
         let bus = bus(&server).await;
-        let profile = PolicyProfile::from_toml_str(DISAGG_PROFILE).expect("profile");
+        let profile = PolicyProfile::from_toml_str(profile).expect("profile");
         nodes.push(node(id, topology, profile, Arc::clone(&bus)).await);
         buses.push(bus);
     }
@@ -118,8 +178,6 @@ async fn burst_through_three_replicas(topology: Topology) {
             }
         }));
     }
-    // 512 / 75 = 6 requests per rank: twelve fit, and the credits let all twelve in.
-    let fits = 2 * (LINE / u64::from(NEED)) as usize;
     eventually(
         "every request that fits is admitted",
         Duration::from_secs(10),
@@ -133,18 +191,8 @@ async fn burst_through_three_replicas(topology: Topology) {
         fits,
         "admitted past the line"
     );
-    let committed = committed_per_rank(&nodes, pool).await;
-    assert_eq!(committed.len(), 2, "{committed:?}");
-    for (rank, blocks) in &committed {
-        assert!(
-            *blocks <= LINE,
-            "{blocks} blocks committed on {rank:?}, line {LINE}"
-        );
-    }
     for task in burst {
         task.abort();
     }
-    for node in nodes {
-        node.shutdown().await;
-    }
+    (server, nodes)
 }

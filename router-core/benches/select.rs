@@ -151,6 +151,7 @@ fn fast_against_full_scan(c: &mut Criterion) {
             eligibility: &Eligibility::ANY,
             preferred: None,
             need_room: Some(req.decode_need()),
+            need_prefill: None,
         };
         let mut rng = SmallRng::seed_from_u64(7);
         group.bench_with_input(BenchmarkId::new("fast", ranks), &ranks, |b, _| {

@@ -60,14 +60,28 @@ impl GateCtx<'_> {
                 } else {
                     0
                 };
-                let gate = self.ledger.class_gate(class, need, &request.eligibility);
-                if gate == Err(GateClosed::DecodeFull) && self.ledger.credits_enabled() {
-                    self.want(request, i64::try_from(need).unwrap_or(i64::MAX));
+                let prefill_need = request.uncached_tokens();
+                let gate = self
+                    .ledger
+                    .class_gate(class, need, prefill_need, &request.eligibility);
+                let prefill_credits = self.ledger.prefill_credits_enabled();
+                let wants = match gate {
+                    Err(GateClosed::DecodeFull) => self.ledger.credits_enabled(),
+                    Err(GateClosed::PrefillBusy) => prefill_credits,
+                    Ok(()) => false,
+                };
+                if wants {
+                    self.want(request, need, prefill_credits.then_some(prefill_need));
                 }
                 gate.map(|()| none)
             }
             PoolRole::Prefill => {
-                self.ledger.class_gate(class, 0, &request.eligibility)?;
+                self.ledger.class_gate(
+                    class,
+                    0,
+                    request.uncached_tokens(),
+                    &request.eligibility,
+                )?;
                 let (true, Some(room)) = (policy.has_decode_threshold(), room) else {
                     return Ok(none);
                 };
@@ -79,7 +93,7 @@ impl GateCtx<'_> {
                         decode_rank: Some(rank),
                     }),
                     BestRoom::Best { .. } => {
-                        self.want(request, need);
+                        self.want(request, u64::try_from(need).unwrap_or(0), None);
                         Err(GateClosed::DecodeFull)
                     }
                 }
@@ -87,9 +101,9 @@ impl GateCtx<'_> {
         }
     }
 
-    /// Records that a request waits on decode room (the first need per class and adapter),
-    /// so the decode side can fetch room credits for it.
-    fn want(&mut self, request: &AdmissionRequest, need: i64) {
+    /// Records that a request waits on room credits could give (the first need per class
+    /// and adapter), so the pool holding that room can fetch credits for it.
+    fn want(&mut self, request: &AdmissionRequest, need: u64, prefill_need: Option<u64>) {
         let lora = request.eligibility.lora.clone();
         if self
             .wants
@@ -100,7 +114,8 @@ impl GateCtx<'_> {
         }
         self.wants.push(RoomWant {
             class: request.class,
-            need: u64::try_from(need).unwrap_or(0),
+            need,
+            prefill_need,
             lora,
         });
     }

@@ -100,13 +100,17 @@ pub struct SchedulerStats {
     pub gate_passes: u64,
 }
 
-/// A request that waits at the prefill gate for decode room: what the decode side needs to
-/// ask room credits for (see `crate::credits`).
+/// A request that waits at a gate for room that room credits could give (see
+/// `crate::credits`): decode room (a prefill pool's paired decode pool, or an aggregated
+/// pool's own ranks), or prefill room on an aggregated pool's ranks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RoomWant {
     pub class: crate::ids::ClassId,
-    /// Decode blocks the request needs.
+    /// Decode blocks the request needs (0 when its class has no decode line).
     pub need: u64,
+    /// Prompt tokens it books, when they come out of prefill credits (an aggregated pool):
+    /// both credits are then asked on one rank, as the gate needs both on the same rank.
+    pub prefill_need: Option<u64>,
     pub lora: Option<String>,
 }
 

@@ -3,7 +3,8 @@
 //! reservation holds) is taken when eligible, otherwise the cheapest eligible rank by
 //! prefix reuse against load (see `crate::select`). Classes with a decode fraction on this
 //! pool only place on ranks with room for them, so booked decode blocks never pass the
-//! class line.
+//! class line; with prefill credits on, prompt tokens go only where this router's prefill
+//! credits cover them.
 //!
 //! [`Selector`]: crate::select::Selector
 
@@ -25,6 +26,10 @@ impl Scheduler {
             eligibility: &request.eligibility,
             preferred: request.preferred,
             need_room,
+            need_prefill: self
+                .ledger
+                .prefill_credits_enabled()
+                .then(|| request.uncached_tokens()),
         };
         self.selector
             .select(&self.ledger, &wanted, &mut self.rng)

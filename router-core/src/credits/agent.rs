@@ -1,9 +1,11 @@
-//! One replica's room-credit agent for its decode pool: the holder and owner sides together
-//! with the membership that decides who owns which rank. The decode actor feeds it events
-//! (membership, ranks, wants from the prefill gate, own reservations, messages from peers,
-//! ticks) and sends the [`CreditOut`] messages it returns; messages to itself never leave it.
+//! One replica's room-credit agent for its pool: the holder and owner sides together with
+//! the membership that decides who owns which rank. The router actor feeds it events
+//! (membership, ranks, wants from a gate, own bookings and reservations, messages from
+//! peers, ticks) and sends the [`CreditOut`] messages it returns; messages to itself never
+//! leave it.
 
-use super::{CreditHolder, CreditOwner, GrantDecision, HeldRankSnapshot, HeldReport};
+use super::{CreditHolder, CreditKey, CreditKind, CreditOwner, GrantDecision};
+use super::{HeldRankSnapshot, HeldReport};
 use super::{OwnedRankSnapshot, owner_of};
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
@@ -24,16 +26,29 @@ pub const SPARE_HOLD: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CreditMsg {
-    /// Holder → owner: credits for `need` blocks on `rank`, under `class`'s line.
+    /// Holder → owner: credits for `need` (blocks or tokens, by `kind`) on `rank`, under
+    /// `class`'s line.
     Ask {
         rank: RankId,
         class: ClassId,
         need: u64,
+        #[serde(default)]
+        kind: CreditKind,
     },
     /// Owner → holder.
-    Grant { rank: RankId, blocks: u64, seq: u64 },
+    Grant {
+        rank: RankId,
+        blocks: u64,
+        seq: u64,
+        #[serde(default)]
+        kind: CreditKind,
+    },
     /// Owner → holder: not now (no room, settling, or not the owner).
-    Deny { rank: RankId },
+    Deny {
+        rank: RankId,
+        #[serde(default)]
+        kind: CreditKind,
+    },
     /// Holder → owner: what it holds (acknowledgement, give-back or periodic report).
     Held(HeldReport),
 }
@@ -54,6 +69,7 @@ pub struct CreditCounters {
     pub grants_given: u64,
     pub denials_given: u64,
     pub blocks_given_back: u64,
+    pub tokens_given_back: u64,
 }
 
 /// The agent's state, for `Observe`.
@@ -75,7 +91,7 @@ pub struct CreditAgent {
     ranks: BTreeSet<RankId>,
     holder: CreditHolder,
     owner: CreditOwner,
-    asking: FxHashMap<RankId, Timestamp>,
+    asking: FxHashMap<CreditKey, Timestamp>,
     last_want: Option<Timestamp>,
     /// Owned ranks settling at the last tick (a settle that ended is a room signal: asks
     /// were denied meanwhile).
@@ -109,12 +125,12 @@ impl CreditAgent {
         self.version
     }
 
-    /// Credits held on `rank` that no own request uses.
-    pub fn spare(&self, rank: RankId) -> u64 {
-        self.holder.spare(rank)
+    /// Credits held on `key` that no own request uses.
+    pub fn spare(&self, key: impl Into<CreditKey>) -> u64 {
+        self.holder.spare(key)
     }
 
-    pub fn spares(&self) -> impl Iterator<Item = (RankId, u64)> + '_ {
+    pub fn spares(&self) -> impl Iterator<Item = (CreditKey, u64)> + '_ {
         self.holder.spares()
     }
 
@@ -162,7 +178,7 @@ impl CreditAgent {
         for gone in self.ranks.difference(&ranks) {
             self.holder.forget_rank(*gone);
             self.owner.disown(*gone);
-            self.asking.remove(gone);
+            self.asking.retain(|key, _| key.rank != *gone);
         }
         let new: Vec<RankId> = ranks.difference(&self.ranks).copied().collect();
         self.ranks = ranks;
@@ -181,15 +197,19 @@ impl CreditAgent {
         } else {
             self.owner.disown(rank);
         }
-        let report = self.holder.set_owner(rank, owner);
-        self.asking.remove(&rank);
-        report
-            .into_iter()
-            .flat_map(|r| self.send_held(owner, r))
-            .collect()
+        let mut out = Vec::new();
+        for kind in CreditKind::ALL {
+            let key = CreditKey { rank, kind };
+            self.asking.remove(&key);
+            if let Some(report) = self.holder.set_owner(key, owner) {
+                out.extend(self.send_held(owner, report));
+            }
+        }
+        out
     }
 
-    /// The prefill gate has a request of `want.class` waiting for decode room.
+    /// A gate has a request of `want.class` waiting for room: decode room, or (with
+    /// `prefill_need`) prefill and decode room on one rank of an aggregated pool.
     pub fn want(
         &mut self,
         want: &RoomWant,
@@ -201,31 +221,76 @@ impl CreditAgent {
             Some(lora) => Eligibility::lora(lora.clone()),
             None => Eligibility::ANY,
         };
-        let need = i64::try_from(want.need).unwrap_or(i64::MAX);
-        let rank = match ledger.best_room_without_credits(want.class, &filter) {
-            Some((rank, room)) if room >= need => rank,
-            // The pool itself is full as far as this replica can see: wait for room.
-            _ => return Vec::new(),
+        let Some(prefill_need) = want.prefill_need else {
+            let need = i64::try_from(want.need).unwrap_or(i64::MAX);
+            return match ledger.best_room_without_credits(want.class, &filter) {
+                Some((rank, room)) if room >= need => {
+                    self.ask(CreditKey::decode(rank), want.class, want.need, ledger, now)
+                }
+                // The pool itself is full as far as this replica can see: wait for room.
+                _ => Vec::new(),
+            };
         };
-        self.holder.set_used(rank, ledger.own_blocks(rank));
-        let missing = want.need.saturating_sub(self.holder.spare(rank));
+        // Both credits on one rank: the least prefill-loaded open rank, preferring one this
+        // replica already holds credits on (so they do not scatter over the pool).
+        let holder = &self.holder;
+        let Some(rank) = ledger
+            .open_ranks_without_credits(want.class, want.need, &filter)
+            .min_by_key(|(rank, prefill)| {
+                let spare = holder.spare(CreditKey::prefill(*rank))
+                    + holder.spare(CreditKey::decode(*rank));
+                (spare == 0, *prefill, *rank)
+            })
+            .map(|(rank, _)| rank)
+        else {
+            // No rank is open as far as this replica can see: wait for room.
+            return Vec::new();
+        };
+        let mut out = self.ask(
+            CreditKey::prefill(rank),
+            want.class,
+            prefill_need,
+            ledger,
+            now,
+        );
+        if matches!(
+            ledger.rank_decode_room(want.class, rank),
+            Some((Some(_), _))
+        ) {
+            out.extend(self.ask(CreditKey::decode(rank), want.class, want.need, ledger, now));
+        }
+        out
+    }
+
+    /// Asks `key`'s owner for what spare credits there do not cover of `need` (granting
+    /// at once when this replica owns the rank).
+    fn ask(
+        &mut self,
+        key: CreditKey,
+        class: ClassId,
+        need: u64,
+        ledger: &BookingLedger,
+        now: Timestamp,
+    ) -> Vec<CreditOut> {
+        self.holder.set_used(key, ledger.own_use(key));
+        let missing = need.saturating_sub(self.holder.spare(key));
         if missing == 0 {
             return Vec::new();
         }
         if self
             .asking
-            .get(&rank)
+            .get(&key)
             .is_some_and(|at| now.saturating_since(*at) < ASK_TIMEOUT)
         {
             return Vec::new();
         }
-        let Some(owner) = self.holder.owner(rank) else {
+        let Some(owner) = self.holder.owner(key) else {
             return Vec::new();
         };
         if owner == self.me {
             if let GrantDecision::Granted { blocks, seq } =
-                self.decide(rank, self.me, want.class, missing, ledger, now)
-                && let Some(ack) = self.holder.granted(self.me, rank, blocks, seq)
+                self.decide(key, self.me, class, missing, ledger, now)
+                && let Some(ack) = self.holder.granted(self.me, key, blocks, seq)
             {
                 self.owner.held(self.me, ack);
                 self.counters.local_grants += 1;
@@ -233,14 +298,15 @@ impl CreditAgent {
             }
             return Vec::new();
         }
-        self.asking.insert(rank, now);
+        self.asking.insert(key, now);
         self.counters.asks_sent += 1;
         vec![CreditOut {
             to: owner,
             msg: CreditMsg::Ask {
-                rank,
-                class: want.class,
+                rank: key.rank,
+                class,
                 need: missing,
+                kind: key.kind,
             },
         }]
     }
@@ -248,18 +314,23 @@ impl CreditAgent {
     /// The owner's decision on an ask, under the class's line on the rank.
     fn decide(
         &mut self,
-        rank: RankId,
+        key: CreditKey,
         holder: RouterId,
         class: ClassId,
         need: u64,
         ledger: &BookingLedger,
         now: Timestamp,
     ) -> GrantDecision {
-        match ledger.rank_decode_room(class, rank) {
+        let room = match key.kind {
+            CreditKind::Decode => ledger.rank_decode_room(class, key.rank),
+            CreditKind::Prefill => ledger.rank_prefill_room(class, key.rank),
+        };
+        match room {
             Some((Some(line), committed)) => {
                 let members = self.members.len();
-                self.owner
-                    .grant(rank, holder, need, line, committed, members, now)
+                self.owner.grant(
+                    key.rank, key.kind, holder, need, line, committed, members, now,
+                )
             }
             // No line for the class there (or an unknown rank): nothing to hold back, but
             // nothing to count either.
@@ -276,15 +347,26 @@ impl CreditAgent {
         now: Timestamp,
     ) -> Vec<CreditOut> {
         match msg {
-            CreditMsg::Ask { rank, class, need } => {
-                let answer = match self.decide(rank, from, class, need, ledger, now) {
+            CreditMsg::Ask {
+                rank,
+                class,
+                need,
+                kind,
+            } => {
+                let key = CreditKey { rank, kind };
+                let answer = match self.decide(key, from, class, need, ledger, now) {
                     GrantDecision::Granted { blocks, seq } => {
                         self.counters.grants_given += 1;
-                        CreditMsg::Grant { rank, blocks, seq }
+                        CreditMsg::Grant {
+                            rank,
+                            blocks,
+                            seq,
+                            kind,
+                        }
                     }
                     _ => {
                         self.counters.denials_given += 1;
-                        CreditMsg::Deny { rank }
+                        CreditMsg::Deny { rank, kind }
                     }
                 };
                 vec![CreditOut {
@@ -292,9 +374,15 @@ impl CreditAgent {
                     msg: answer,
                 }]
             }
-            CreditMsg::Grant { rank, blocks, seq } => {
-                self.asking.remove(&rank);
-                let Some(ack) = self.holder.granted(from, rank, blocks, seq) else {
+            CreditMsg::Grant {
+                rank,
+                blocks,
+                seq,
+                kind,
+            } => {
+                let key = CreditKey { rank, kind };
+                self.asking.remove(&key);
+                let Some(ack) = self.holder.granted(from, key, blocks, seq) else {
                     return Vec::new();
                 };
                 self.counters.grants_received += 1;
@@ -304,15 +392,15 @@ impl CreditAgent {
                     msg: CreditMsg::Held(ack),
                 }]
             }
-            CreditMsg::Deny { rank } => {
-                self.asking.remove(&rank);
+            CreditMsg::Deny { rank, kind } => {
+                self.asking.remove(&CreditKey { rank, kind });
                 self.counters.denials_received += 1;
                 Vec::new()
             }
             CreditMsg::Held(report) => {
-                let before = self.owner.outstanding(report.rank);
+                let before = self.owner.outstanding(report.rank, report.kind);
                 self.owner.held(from, report);
-                if self.owner.outstanding(report.rank) < before {
+                if self.owner.outstanding(report.rank, report.kind) < before {
                     self.version += 1;
                 }
                 Vec::new()
@@ -324,12 +412,12 @@ impl CreditAgent {
     /// ledger counts it), and gives back the credits of those that ended (released,
     /// cancelled, expired) at once; spare credits from before stay for the next request.
     pub fn reconcile(&mut self, ledger: &BookingLedger) -> Vec<CreditOut> {
-        let ranks: Vec<RankId> = self.holder.ranks().collect();
+        let keys: Vec<CreditKey> = self.holder.ranks().collect();
         let mut out = Vec::new();
-        for rank in ranks {
-            let spare_before = self.holder.spare(rank);
-            if self.holder.set_used(rank, ledger.own_blocks(rank)) > 0 {
-                out.extend(self.give_back(rank, spare_before));
+        for key in keys {
+            let spare_before = self.holder.spare(key);
+            if self.holder.set_used(key, ledger.own_use(key)) > 0 {
+                out.extend(self.give_back(key, spare_before));
             }
         }
         out
@@ -341,27 +429,31 @@ impl CreditAgent {
     }
 
     /// Every rank's held credits (for a ledger built afresh).
-    pub fn all_held(&self) -> Vec<(RankId, u64)> {
+    pub fn all_held(&self) -> Vec<(CreditKey, u64)> {
         self.holder
             .held_ranks()
-            .map(|(rank, _)| (rank, self.holder.held(rank)))
+            .map(|(key, _)| (key, self.holder.held(key)))
             .collect()
     }
 
     /// Ranks whose held credits changed since the last call, with what is held now (for
     /// the ledger, whose headroom they bound).
-    pub fn take_held_changes(&mut self) -> Vec<(RankId, u64)> {
+    pub fn take_held_changes(&mut self) -> Vec<(CreditKey, u64)> {
         self.holder.take_changes()
     }
 
-    /// Gives back spare credits on `rank` beyond `keep`.
-    fn give_back(&mut self, rank: RankId, keep: u64) -> Vec<CreditOut> {
-        let before = self.holder.held(rank);
-        let Some(report) = self.holder.give_back(rank, keep) else {
+    /// Gives back spare credits on `key` beyond `keep`.
+    fn give_back(&mut self, key: CreditKey, keep: u64) -> Vec<CreditOut> {
+        let before = self.holder.held(key);
+        let Some(report) = self.holder.give_back(key, keep) else {
             return Vec::new();
         };
-        self.counters.blocks_given_back += before.saturating_sub(report.held);
-        match self.holder.owner(rank) {
+        if key.kind == CreditKind::Decode {
+            self.counters.blocks_given_back += before.saturating_sub(report.held);
+        } else {
+            self.counters.tokens_given_back += before.saturating_sub(report.held);
+        }
+        match self.holder.owner(key) {
             Some(owner) => self.send_held(owner, report),
             None => Vec::new(),
         }
@@ -395,19 +487,19 @@ impl CreditAgent {
             .is_none_or(|at| now.saturating_since(at) >= SPARE_HOLD);
         let mut out = Vec::new();
         if idle {
-            let spare: Vec<RankId> = self.holder.spares().map(|(r, _)| r).collect();
-            for rank in spare {
-                out.extend(self.give_back(rank, 0));
+            let spare: Vec<CreditKey> = self.holder.spares().map(|(k, _)| k).collect();
+            for key in spare {
+                out.extend(self.give_back(key, 0));
             }
         }
-        let held: Vec<(RankId, RouterId)> = self
+        let held: Vec<(CreditKey, RouterId)> = self
             .holder
             .held_ranks()
             .filter_map(|(rank, owner)| Some((rank, owner?)))
             .filter(|(_, owner)| *owner != self.me)
             .collect();
-        for (rank, owner) in held {
-            if let Some(report) = self.holder.report(rank) {
+        for (key, owner) in held {
+            if let Some(report) = self.holder.report(key) {
                 out.extend(self.send_held(owner, report));
             }
         }

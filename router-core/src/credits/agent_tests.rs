@@ -43,7 +43,7 @@ fn replica(n: u128) -> Replica {
             .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
             .expect("a valid worker");
     }
-    ledger.enable_credits(id);
+    ledger.enable_credits(id, false);
     let mut agent = CreditAgent::new(id, Duration::from_millis(5));
     agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
     Replica {
@@ -152,6 +152,7 @@ fn three_replicas_asking_at_once_never_reserve_past_the_line() {
     let want = RoomWant {
         class: INTERACTIVE,
         need: 75,
+        prefill_need: None,
         lora: None,
     };
     let mut admitted = 0;
@@ -187,6 +188,7 @@ fn credits_of_an_ended_request_go_back_and_serve_another_replica() {
     let big = RoomWant {
         class: INTERACTIVE,
         need: 500,
+        prefill_need: None,
         lora: None,
     };
     let now = Timestamp::from_millis(10);
@@ -229,6 +231,7 @@ fn a_replica_that_dies_holding_credits_frees_them_at_its_owners() {
     let want = RoomWant {
         class: INTERACTIVE,
         need: 500,
+        prefill_need: None,
         lora: None,
     };
     let now = Timestamp::from_millis(10);

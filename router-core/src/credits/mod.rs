@@ -21,6 +21,10 @@
 //!   nothing on that rank for a settle period, while the holders' reports of what they hold
 //!   (sent to the new owner at once) fill its table.
 //!
+//! The same credits bound the **prefill** line ([`CreditKind::Prefill`]): prompt tokens a
+//! replica books on a rank come out of prefill credits from the rank's owner, who grants
+//! only while the rank is not prefill-busy counting every holder's credits.
+//!
 //! A replica that owns a rank grants to itself without a message, so a single replica pays
 //! no round trip. A replica cut off from its peers keeps the credits it holds (a safe local
 //! share, never N × the room) and gets new ones only for ranks it owns.
@@ -34,6 +38,8 @@ mod owner;
 #[cfg(test)]
 mod agent_tests;
 #[cfg(test)]
+mod prefill_tests;
+#[cfg(test)]
 mod tests;
 
 pub use agent::{
@@ -43,8 +49,61 @@ pub use holder::{CreditHolder, HeldRankSnapshot, HeldReport};
 pub use owner::{CreditOwner, GrantDecision, OwnedRankSnapshot};
 
 use crate::ids::{RankId, RouterId};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Which room of a rank credits are for.
+///
+/// - `Decode`: KV blocks under the class's decode line (`decode_busy_threshold_frac ×
+///   total_kv_blocks`). A grant must fit under the line.
+/// - `Prefill`: prompt tokens under the class's prefill line (`prefill_busy_threshold(_frac)`
+///   of the rank's batch). A rank is prefill-busy only once its load is above the line, so
+///   the owner grants while what it has out is at or under the line, and the last grant may
+///   cross it by one request, as one router admits one request onto a rank not yet busy.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CreditKind {
+    #[default]
+    Decode,
+    Prefill,
+}
+
+impl CreditKind {
+    pub const ALL: [CreditKind; 2] = [CreditKind::Decode, CreditKind::Prefill];
+}
+
+/// One rank's room of one kind: what credits are counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CreditKey {
+    pub rank: RankId,
+    pub kind: CreditKind,
+}
+
+impl CreditKey {
+    pub fn decode(rank: RankId) -> Self {
+        Self {
+            rank,
+            kind: CreditKind::Decode,
+        }
+    }
+
+    pub fn prefill(rank: RankId) -> Self {
+        Self {
+            rank,
+            kind: CreditKind::Prefill,
+        }
+    }
+}
+
+impl From<RankId> for CreditKey {
+    /// A bare rank means its decode room.
+    fn from(rank: RankId) -> Self {
+        Self::decode(rank)
+    }
+}
 
 /// How long a grant may stay unacknowledged before the owner stops counting it.
 pub const GRANT_TTL: Duration = Duration::from_secs(10);

@@ -1,7 +1,7 @@
-//! The owner's side of room credits: what each holder has of one rank's room, and whether a
-//! new grant still fits under the requesting class's line.
+//! The owner's side of room credits: what each holder has of one rank's decode and prefill
+//! room, and whether a new grant still fits under the requesting class's line.
 
-use super::{GRANT_TTL, HeldReport};
+use super::{CreditKind, GRANT_TTL, HeldReport};
 use crate::ids::{RankId, RouterId};
 use crate::time::Timestamp;
 use rustc_hash::FxHashMap;
@@ -14,7 +14,7 @@ use std::time::Duration;
 pub enum GrantDecision {
     /// `blocks` credits, under this owner's grant sequence `seq` (the holder acknowledges it).
     Granted { blocks: u64, seq: u64 },
-    /// The line leaves `free` blocks, fewer than the need.
+    /// The line leaves `free` (blocks or tokens), fewer than the need.
     NoRoom { free: u64 },
     /// Ownership is new: holders' reports are still arriving.
     Settling,
@@ -42,12 +42,16 @@ impl HolderEntry {
 #[derive(Debug, Clone)]
 struct OwnedRank {
     settled_at: Timestamp,
-    holders: FxHashMap<RouterId, HolderEntry>,
+    holders: FxHashMap<(RouterId, CreditKind), HolderEntry>,
 }
 
 impl OwnedRank {
-    fn outstanding(&self) -> u64 {
-        self.holders.values().map(HolderEntry::counted).sum()
+    fn outstanding(&self, kind: CreditKind) -> u64 {
+        self.holders
+            .iter()
+            .filter(|((_, k), _)| *k == kind)
+            .map(|(_, e)| e.counted())
+            .sum()
     }
 }
 
@@ -55,7 +59,10 @@ impl OwnedRank {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OwnedRankSnapshot {
     pub rank: RankId,
+    /// Decode credits out (blocks).
     pub outstanding: u64,
+    /// Prefill credits out (tokens).
+    pub prefill_outstanding: u64,
     pub holders: usize,
     pub settling: bool,
 }
@@ -109,23 +116,27 @@ impl CreditOwner {
         self.ranks.remove(&rank);
     }
 
-    /// Credits out on `rank`: what holders reported plus grants they have not acknowledged.
-    pub fn outstanding(&self, rank: RankId) -> u64 {
-        self.ranks.get(&rank).map_or(0, OwnedRank::outstanding)
+    /// Credits of `kind` out on `rank`: what holders reported plus grants they have not
+    /// acknowledged.
+    pub fn outstanding(&self, rank: RankId, kind: CreditKind) -> u64 {
+        self.ranks.get(&rank).map_or(0, |r| r.outstanding(kind))
     }
 
-    /// Decides a holder's ask for `need` blocks on `rank` under a class `line`. `committed`
-    /// is what this router's own ledger shows committed there (bookings and reservations,
-    /// its peers' included): load nobody holds credits for (a class without a decode line)
-    /// still counts.
+    /// Decides a holder's ask for `need` of `kind` on `rank` under a class `line`.
+    /// `committed` is what this router's own ledger shows committed there (decode: blocks
+    /// booked and reserved; prefill: prompt tokens booked; its peers' included): load nobody
+    /// holds credits for (a class without a line) still counts.
     ///
     /// While room is plentiful the grant is a chunk bigger than the need (a share of the
     /// free room: `free / (2 × members)`), so a replica admits many requests per round trip;
-    /// as room runs short, grants shrink to the need itself.
+    /// as room runs short, grants shrink to the need itself. A decode grant must fit under
+    /// the line; a prefill grant needs only the rank not to be busy (taken ≤ line), so it may
+    /// cross the line by one need (see [`CreditKind`]).
     #[allow(clippy::too_many_arguments)]
     pub fn grant(
         &mut self,
         rank: RankId,
+        kind: CreditKind,
         holder: RouterId,
         need: u64,
         line: u64,
@@ -144,22 +155,29 @@ impl CreditOwner {
                 .unacked
                 .retain(|&(_, _, at)| now.saturating_since(at) < GRANT_TTL);
         }
-        let taken = owned.outstanding().max(committed);
+        let taken = owned.outstanding(kind).max(committed);
         let free = line.saturating_sub(taken);
-        if need > free || need == 0 {
+        let fits = match kind {
+            CreditKind::Decode => need <= free,
+            CreditKind::Prefill => taken <= line,
+        };
+        if !fits || need == 0 {
             return GrantDecision::NoRoom { free };
         }
         let share = free / (2 * members.max(1) as u64);
-        let blocks = need.max(share).min(free);
+        let blocks = need.max(share.min(free));
         self.next_seq += 1;
         let seq = self.next_seq;
         owned
             .holders
-            .entry(holder)
+            .entry((holder, kind))
             .or_default()
             .unacked
             .push((seq, blocks, now));
-        debug_assert!(owned.outstanding() <= line.max(committed));
+        debug_assert!(match kind {
+            CreditKind::Decode => owned.outstanding(kind) <= line.max(committed),
+            CreditKind::Prefill => owned.outstanding(kind) <= line.max(committed) + need,
+        });
         GrantDecision::Granted { blocks, seq }
     }
 
@@ -169,7 +187,7 @@ impl CreditOwner {
         let Some(owned) = self.ranks.get_mut(&report.rank) else {
             return;
         };
-        let entry = owned.holders.entry(holder).or_default();
+        let entry = owned.holders.entry((holder, report.kind)).or_default();
         if report.report_seq <= entry.report_seq {
             return;
         }
@@ -179,7 +197,7 @@ impl CreditOwner {
             .unacked
             .retain(|&(seq, _, _)| seq > report.seen_grant_seq);
         if entry.reported == 0 && entry.unacked.is_empty() {
-            owned.holders.remove(&holder);
+            owned.holders.remove(&(holder, report.kind));
         }
     }
 
@@ -200,7 +218,7 @@ impl CreditOwner {
     /// A holder left the pool (its lease ran out or it said goodbye): its credits are free.
     pub fn holder_gone(&mut self, holder: RouterId) {
         for owned in self.ranks.values_mut() {
-            owned.holders.remove(&holder);
+            owned.holders.retain(|(h, _), _| *h != holder);
         }
     }
 
@@ -210,7 +228,8 @@ impl CreditOwner {
             .iter()
             .map(|(rank, owned)| OwnedRankSnapshot {
                 rank: *rank,
-                outstanding: owned.outstanding(),
+                outstanding: owned.outstanding(CreditKind::Decode),
+                prefill_outstanding: owned.outstanding(CreditKind::Prefill),
                 holders: owned.holders.len(),
                 settling: now < owned.settled_at,
             })

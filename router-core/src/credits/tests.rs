@@ -1,6 +1,7 @@
 //! Room credits: the owner never has more out than the line, whatever order messages take.
 
 use super::*;
+use crate::credits::CreditKind;
 use crate::time::Timestamp;
 use proptest::prelude::*;
 use std::collections::VecDeque;
@@ -55,7 +56,8 @@ fn a_grant_fits_under_the_line_and_a_give_back_frees_it() {
     owner.own(RANK, now, true);
     let mut holder = CreditHolder::default();
     holder.set_owner(RANK, me);
-    let GrantDecision::Granted { blocks, seq } = owner.grant(RANK, me, 300, 512, 0, 1_000, now)
+    let GrantDecision::Granted { blocks, seq } =
+        owner.grant(RANK, CreditKind::Decode, me, 300, 512, 0, 1_000, now)
     else {
         panic!("room for 300 of 512");
     };
@@ -63,14 +65,14 @@ fn a_grant_fits_under_the_line_and_a_give_back_frees_it() {
         .granted(me, RANK, blocks, seq)
         .expect("an acknowledgement");
     owner.held(me, ack);
-    assert_eq!(owner.outstanding(RANK), 300);
+    assert_eq!(owner.outstanding(RANK, CreditKind::Decode), 300);
     assert_eq!(
-        owner.grant(RANK, other, 300, 512, 0, 1_000, now),
+        owner.grant(RANK, CreditKind::Decode, other, 300, 512, 0, 1_000, now),
         GrantDecision::NoRoom { free: 212 }
     );
     // Load the owner sees but nobody holds credits for still counts.
     assert_eq!(
-        owner.grant(RANK, other, 200, 512, 400, 1_000, now),
+        owner.grant(RANK, CreditKind::Decode, other, 200, 512, 400, 1_000, now),
         GrantDecision::NoRoom { free: 112 }
     );
     holder.set_used(RANK, 300);
@@ -84,9 +86,9 @@ fn a_grant_fits_under_the_line_and_a_give_back_frees_it() {
         .give_back(RANK, 0)
         .expect("a report of the give-back");
     owner.held(me, back);
-    assert_eq!(owner.outstanding(RANK), 0);
+    assert_eq!(owner.outstanding(RANK, CreditKind::Decode), 0);
     assert!(matches!(
-        owner.grant(RANK, other, 300, 512, 0, 1_000, now),
+        owner.grant(RANK, CreditKind::Decode, other, 300, 512, 0, 1_000, now),
         GrantDecision::Granted { .. }
     ));
 }
@@ -98,7 +100,7 @@ fn plentiful_room_is_granted_in_chunks_and_scarce_room_by_the_need() {
     owner.own(RANK, now, true);
     // 512 free, two members: a quarter of the free room at once.
     assert_eq!(
-        owner.grant(RANK, router(1), 10, 512, 0, 2, now),
+        owner.grant(RANK, CreditKind::Decode, router(1), 10, 512, 0, 2, now),
         GrantDecision::Granted {
             blocks: 128,
             seq: 1
@@ -106,18 +108,18 @@ fn plentiful_room_is_granted_in_chunks_and_scarce_room_by_the_need() {
     );
     // 384 free: 96 now.
     assert_eq!(
-        owner.grant(RANK, router(2), 10, 512, 0, 2, now),
+        owner.grant(RANK, CreditKind::Decode, router(2), 10, 512, 0, 2, now),
         GrantDecision::Granted { blocks: 96, seq: 2 }
     );
     // Past the chunks, a big need still gets exactly what it needs while it fits.
     assert_eq!(
-        owner.grant(RANK, router(2), 288, 512, 0, 2, now),
+        owner.grant(RANK, CreditKind::Decode, router(2), 288, 512, 0, 2, now),
         GrantDecision::Granted {
             blocks: 288,
             seq: 3
         }
     );
-    assert_eq!(owner.outstanding(RANK), 512);
+    assert_eq!(owner.outstanding(RANK, CreditKind::Decode), 512);
 }
 
 #[test]
@@ -130,7 +132,7 @@ fn a_new_owner_grants_nothing_until_it_settles_and_counts_reported_credits() {
     let t0 = Timestamp::from_millis(1_000);
     owner.own(RANK, t0, false);
     assert_eq!(
-        owner.grant(RANK, router(4), 10, 512, 0, 1_000, t0),
+        owner.grant(RANK, CreditKind::Decode, router(4), 10, 512, 0, 1_000, t0),
         GrantDecision::Settling
     );
     let report = holder
@@ -139,7 +141,16 @@ fn a_new_owner_grants_nothing_until_it_settles_and_counts_reported_credits() {
     owner.held(holder_id, report);
     let later = Timestamp::from_millis(1_600);
     assert_eq!(
-        owner.grant(RANK, router(4), 200, 512, 0, 1_000, later),
+        owner.grant(
+            RANK,
+            CreditKind::Decode,
+            router(4),
+            200,
+            512,
+            0,
+            1_000,
+            later
+        ),
         GrantDecision::NoRoom { free: 112 }
     );
     // A grant from the old owner arriving late is refused.
@@ -152,18 +163,27 @@ fn a_gone_holder_frees_its_credits_and_an_unacknowledged_grant_expires() {
     let now = Timestamp::ZERO;
     owner.own(RANK, now, true);
     assert!(matches!(
-        owner.grant(RANK, router(2), 500, 512, 0, 1_000, now),
+        owner.grant(RANK, CreditKind::Decode, router(2), 500, 512, 0, 1_000, now),
         GrantDecision::Granted { .. }
     ));
     owner.holder_gone(router(2));
-    assert_eq!(owner.outstanding(RANK), 0);
+    assert_eq!(owner.outstanding(RANK, CreditKind::Decode), 0);
     assert!(matches!(
-        owner.grant(RANK, router(3), 500, 512, 0, 1_000, now),
+        owner.grant(RANK, CreditKind::Decode, router(3), 500, 512, 0, 1_000, now),
         GrantDecision::Granted { .. }
     ));
     let later = now + GRANT_TTL;
     assert!(matches!(
-        owner.grant(RANK, router(4), 500, 512, 0, 1_000, later),
+        owner.grant(
+            RANK,
+            CreditKind::Decode,
+            router(4),
+            500,
+            512,
+            0,
+            1_000,
+            later
+        ),
         GrantDecision::Granted { .. }
     ));
 }
@@ -226,7 +246,7 @@ proptest! {
                 Step::DeliverToOwner => match to_owner.pop_front() {
                     Some(ToOwner::Ask { h, need }) => {
                         if let GrantDecision::Granted { blocks, seq } =
-                            owner.grant(RANK, ids[h], need, LINE, 0, 3, now)
+                            owner.grant(RANK, CreditKind::Decode, ids[h], need, LINE, 0, 3, now)
                         {
                             to_holder[h].push_back((blocks, seq));
                         }
@@ -268,7 +288,7 @@ proptest! {
                 .sum();
             let in_flight: u64 = to_holder.iter().flatten().map(|(b, _)| b).sum();
             prop_assert!(held + in_flight <= LINE, "held {held} + in flight {in_flight} > {LINE}");
-            prop_assert!(owner.outstanding(RANK) >= held + in_flight);
+            prop_assert!(owner.outstanding(RANK, CreditKind::Decode) >= held + in_flight);
         }
     }
 }

@@ -49,12 +49,14 @@ impl BookingLedger {
         &self.classes[class.index()]
     }
 
-    /// The class gate on this pool's own ranks for a request needing `need` decode blocks.
+    /// The class gate on this pool's own ranks for a request needing `need` decode blocks
+    /// and `prefill_need` prompt tokens (counted only against prefill credits, when on).
     /// Open when no rank is eligible at all (selection then reports the precise error).
     pub fn class_gate(
         &self,
         class: ClassId,
         need: u64,
+        prefill_need: u64,
         filter: &Eligibility,
     ) -> Result<(), GateClosed> {
         let c = class.index();
@@ -62,8 +64,9 @@ impl BookingLedger {
         if !policy.gated() {
             return Ok(());
         }
-        if !filter.is_unfiltered() {
-            return self.class_gate_filtered(c, need, filter);
+        if !filter.is_unfiltered() || self.prefill_credits_enabled() {
+            // Prefill credits depend on the need: scan rather than read the busy index.
+            return self.class_gate_filtered(c, need, prefill_need, filter);
         }
         let eligible = u64::from(self.eligible_ranks);
         if eligible == 0 {
@@ -90,6 +93,7 @@ impl BookingLedger {
         &self,
         c: usize,
         need: u64,
+        prefill_need: u64,
         filter: &Eligibility,
     ) -> Result<(), GateClosed> {
         let policy = &self.classes[c];
@@ -99,7 +103,8 @@ impl BookingLedger {
                 continue;
             };
             eligible += 1;
-            let is_busy = rank.prefill_busy(c);
+            // Busy for this router: above the line, or (prefill credits on) not covered.
+            let is_busy = rank.prefill_busy(c) || !rank.prefill_covers(c, prefill_need);
             let has_room = rank.has_room(c, need);
             busy += u64::from(is_busy);
             open |= !is_busy && has_room;

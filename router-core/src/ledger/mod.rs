@@ -108,6 +108,8 @@ pub struct BookingLedger {
     /// Room credits on: this router's own bookings and reservations are counted per rank
     /// against the credits it holds there (`crate::credits`).
     credit_owner: Option<RouterId>,
+    /// Prefill credits on too (an aggregated pool): prompt tokens are booked out of them.
+    prefill_credits: bool,
     /// Per class: a rank's headroom where it is eligible and not prefill-busy, else MIN.
     open: Vec<MaxTree<i64>>,
     /// Per class: a rank's headroom where it is eligible (prefill load ignored), else MIN.
@@ -169,6 +171,7 @@ impl BookingLedger {
             expiries: BTreeSet::new(),
             applied_seq: FxHashMap::default(),
             credit_owner: None,
+            prefill_credits: false,
             open: (0..n).map(|_| MaxTree::new(1, i64::MIN)).collect(),
             room: (0..n).map(|_| MaxTree::new(1, i64::MIN)).collect(),
             busy_counts: vec![0; n],
@@ -232,6 +235,7 @@ impl BookingLedger {
         let rank = self.rank_mut(slot);
         if own {
             rank.own_blocks += own_size(&booking);
+            rank.own_prefill += booking.prefill_tokens;
         }
         rank.add_blocks(&booking.block_hashes);
         rank.prefill_tokens += booking.prefill_tokens;
@@ -260,7 +264,12 @@ impl BookingLedger {
             return false;
         }
         let slot = held.slot;
-        self.rank_mut(slot).prefill_tokens -= tokens;
+        let own = self.credit_owner == Some(key.owner);
+        let rank = self.rank_mut(slot);
+        rank.prefill_tokens -= tokens;
+        if own {
+            rank.own_prefill -= tokens;
+        }
         self.refresh(slot);
         self.epoch += 1;
         true
@@ -274,6 +283,7 @@ impl BookingLedger {
             let rank = self.rank_mut(slot);
             if own {
                 rank.own_blocks -= own_size(&held.booking);
+                rank.own_prefill -= held.booking.prefill_tokens;
             }
             rank.remove_blocks(&held.booking.block_hashes);
             rank.prefill_tokens -= held.booking.prefill_tokens;

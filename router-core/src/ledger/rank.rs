@@ -36,6 +36,11 @@ pub(crate) struct RankState {
     /// Blocks this router's own bookings and reservations take here, each counted whole
     /// (no prefix sharing): what its credits must cover.
     pub own_blocks: u64,
+    /// Prefill credits this router holds here (credits on in an aggregated pool): a class
+    /// with a prefill line books prompt tokens here only out of them.
+    pub prefill_credit_held: Option<u64>,
+    /// Prompt tokens of this router's own bookings still in prefill here.
+    pub own_prefill: u64,
     /// Over a router-wide reject threshold.
     pub over: bool,
     /// Prefill-busy per class, as last counted.
@@ -63,6 +68,8 @@ impl RankState {
             requests: 0,
             credit_held: None,
             own_blocks: 0,
+            prefill_credit_held: None,
+            own_prefill: 0,
             over: false,
             busy: vec![false; classes.len()],
             lines: Vec::new(),
@@ -113,6 +120,21 @@ impl RankState {
             None => i64::MAX,
             Some(held) => saturating_i64(held) - saturating_i64(self.own_blocks),
         }
+    }
+
+    /// What this router's spare prefill credits allow (`i64::MAX` with prefill credits off).
+    pub(crate) fn prefill_credit_room(&self) -> i64 {
+        match self.prefill_credit_held {
+            None => i64::MAX,
+            Some(held) => saturating_i64(held) - saturating_i64(self.own_prefill),
+        }
+    }
+
+    /// Whether this router may book `tokens` of prefill here for the class: always when the
+    /// class has no prefill line or prefill credits are off, else out of spare credits.
+    pub(crate) fn prefill_covers(&self, class: usize, tokens: u64) -> bool {
+        self.lines[class].prefill_busy == u64::MAX
+            || self.prefill_credit_room() >= saturating_i64(tokens)
     }
 
     pub(crate) fn has_room(&self, class: usize, need: u64) -> bool {
@@ -235,6 +257,12 @@ impl<'a> RankLoad<'a> {
     /// Whether the class (by index) may commit `need` more blocks here.
     pub fn has_room(&self, class: usize, need: u64) -> bool {
         self.state.lines.get(class).is_some() && self.state.has_room(class, need)
+    }
+
+    /// Whether this router's prefill credits here cover `tokens` for the class (always with
+    /// prefill credits off or no prefill line for the class).
+    pub fn prefill_covers(&self, class: usize, tokens: u64) -> bool {
+        self.state.lines.get(class).is_some() && self.state.prefill_covers(class, tokens)
     }
 
     /// Blocks of `hashes` not already booked here.

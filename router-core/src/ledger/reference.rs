@@ -66,8 +66,13 @@ impl<'a> ReferenceGate<'a> {
         chosen.into_iter().filter(|r| !self.overloaded(r)).collect()
     }
 
-    fn busy(policy: &ClassPolicy, r: &RankState) -> bool {
-        r.prefill_tokens > policy.prefill_busy_line(r.batch_tokens)
+    fn busy(policy: &ClassPolicy, r: &RankState, prefill_need: u64) -> bool {
+        let line = policy.prefill_busy_line(r.batch_tokens);
+        let uncovered = line != u64::MAX
+            && r.prefill_credit_held.is_some_and(|held| {
+                saturating_i64(held) - saturating_i64(r.own_prefill) < saturating_i64(prefill_need)
+            });
+        r.prefill_tokens > line || uncovered
     }
 
     fn headroom(policy: &ClassPolicy, r: &RankState) -> i64 {
@@ -83,6 +88,7 @@ impl<'a> ReferenceGate<'a> {
         &self,
         class: ClassId,
         need: u64,
+        prefill_need: u64,
         filter: &Eligibility,
     ) -> Result<(), GateClosed> {
         let policy = &self.ledger.classes[class.index()];
@@ -94,11 +100,14 @@ impl<'a> ReferenceGate<'a> {
             return Ok(());
         }
         let need = saturating_i64(need);
-        let busy = ranks.iter().filter(|r| Self::busy(policy, r)).count() as u64;
+        let busy = ranks
+            .iter()
+            .filter(|r| Self::busy(policy, r, prefill_need))
+            .count() as u64;
         let any_room = ranks.iter().any(|r| Self::headroom(policy, r) >= need);
         let any_open = ranks
             .iter()
-            .any(|r| !Self::busy(policy, r) && Self::headroom(policy, r) >= need);
+            .any(|r| !Self::busy(policy, r, prefill_need) && Self::headroom(policy, r) >= need);
         match policy.busy_worker_ratio {
             Some(ratio) if ratio_reached(busy, ranks.len() as u64, ratio) => {
                 Err(GateClosed::PrefillBusy)

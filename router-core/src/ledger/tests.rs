@@ -3,6 +3,7 @@
 //! gate to the full-scan reference and every counter to zero after a full release.
 
 use super::*;
+use crate::credits::CreditKey;
 use crate::eligibility::Eligibility;
 use crate::ids::{ClassId, RequestId};
 use proptest::prelude::*;
@@ -223,14 +224,14 @@ fn a_capacity_change_moves_the_class_lines() {
     let hashes: Vec<u64> = (0..40).collect();
     l.book(key(A, 1), booking(r, &hashes, 0));
     assert_eq!(
-        l.class_gate(ClassId(0), 20, &Eligibility::ANY),
+        l.class_gate(ClassId(0), 20, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull)
     );
     let epoch = l.room_epoch();
     l.upsert_worker(WorkerSpec::new(1, 1, 200, 200))
         .expect("valid");
     assert!(l.room_epoch() > epoch);
-    assert_eq!(l.class_gate(ClassId(0), 20, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(ClassId(0), 20, 0, &Eligibility::ANY), Ok(()));
 }
 
 #[test]
@@ -241,7 +242,7 @@ fn a_worker_is_overloaded_only_when_all_its_ranks_are_over() {
     l.book(key(A, 2), booking(RankId::new(1, 1), &[], 1_001));
     assert!(l.worker_is_overloaded(WorkerId(1)));
     // No eligible rank left: the gate stays open so selection can report the overload.
-    assert_eq!(l.class_gate(ClassId(0), 1, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(ClassId(0), 1, 0, &Eligibility::ANY), Ok(()));
     assert_eq!(
         l.decode_room(ClassId(0), 1, &Eligibility::ANY, &[]),
         RoomAnswer::NoRanks
@@ -256,10 +257,10 @@ fn the_gate_names_why_it_is_closed() {
     let (r1, r2) = (RankId::new(1, 0), RankId::new(2, 0));
     let interactive = ClassId(0);
     l.book(key(A, 1), booking(r1, &[], 101));
-    assert_eq!(l.class_gate(interactive, 1, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(interactive, 1, 0, &Eligibility::ANY), Ok(()));
     l.book(key(A, 2), booking(r2, &[], 101));
     assert_eq!(
-        l.class_gate(interactive, 1, &Eligibility::ANY),
+        l.class_gate(interactive, 1, 0, &Eligibility::ANY),
         Err(GateClosed::PrefillBusy)
     );
     l.mark_prefill_done(&key(A, 2));
@@ -267,13 +268,13 @@ fn the_gate_names_why_it_is_closed() {
     l.book(key(A, 3), booking(r2, &hashes, 0));
     // r2 is not busy but has only 5 blocks left under the 0.5 line.
     assert_eq!(
-        l.class_gate(interactive, 6, &Eligibility::ANY),
+        l.class_gate(interactive, 6, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull)
     );
-    assert_eq!(l.class_gate(interactive, 5, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(interactive, 5, 0, &Eligibility::ANY), Ok(()));
     // Pinned to the busy rank: closed for the pin even though r2 is open.
     assert_eq!(
-        l.class_gate(interactive, 1, &Eligibility::pinned(r1)),
+        l.class_gate(interactive, 1, 0, &Eligibility::pinned(r1)),
         Err(GateClosed::PrefillBusy)
     );
 }
@@ -285,33 +286,33 @@ fn with_credits_on_the_room_is_what_the_credits_cover() {
     let interactive = ClassId(0);
     // A peer's booking before credits: it counts against the line, not against A's credits.
     l.book(key(B, 1), booking(r, &(0..10).collect::<Vec<_>>(), 0));
-    l.enable_credits(A);
+    l.enable_credits(A, false);
     assert_eq!(
-        l.class_gate(interactive, 1, &Eligibility::ANY),
+        l.class_gate(interactive, 1, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull),
         "no credits, no room"
     );
     let epoch = l.room_epoch();
     l.set_credit_held(r, 30);
     assert!(l.room_epoch() > epoch, "more credits raise the room epoch");
-    assert_eq!(l.class_gate(interactive, 30, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(interactive, 30, 0, &Eligibility::ANY), Ok(()));
     assert_eq!(
-        l.class_gate(interactive, 31, &Eligibility::ANY),
+        l.class_gate(interactive, 31, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull)
     );
     // A books 20 blocks (3 of them shared with B's): its credits cover all 20.
     l.book(key(A, 2), booking(r, &(7..27).collect::<Vec<_>>(), 0));
     assert_eq!(l.own_blocks(r), 20);
-    assert_eq!(l.class_gate(interactive, 10, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(interactive, 10, 0, &Eligibility::ANY), Ok(()));
     assert_eq!(
-        l.class_gate(interactive, 11, &Eligibility::ANY),
+        l.class_gate(interactive, 11, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull)
     );
     // The line still binds: 50 - 27 committed = 23 < 40 spare credits.
     l.set_credit_held(r, 60);
-    assert_eq!(l.class_gate(interactive, 23, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(interactive, 23, 0, &Eligibility::ANY), Ok(()));
     assert_eq!(
-        l.class_gate(interactive, 24, &Eligibility::ANY),
+        l.class_gate(interactive, 24, 0, &Eligibility::ANY),
         Err(GateClosed::DecodeFull)
     );
     l.release(&key(A, 2));
@@ -323,11 +324,11 @@ fn the_busy_ratio_closes_the_gate_before_every_rank_is_busy() {
     let mut l = ledger_with(&[(1, 1, 100), (2, 1, 100), (3, 1, 100), (4, 1, 100)]);
     let batch = ClassId(1); // busy above 100 tokens (0.5 x 200), ratio 0.5
     l.book(key(A, 1), booking(RankId::new(1, 0), &[], 101));
-    assert_eq!(l.class_gate(batch, 0, &Eligibility::ANY), Ok(()));
+    assert_eq!(l.class_gate(batch, 0, 0, &Eligibility::ANY), Ok(()));
     l.book(key(A, 2), booking(RankId::new(2, 0), &[], 101));
     assert_eq!(l.busy_ranks(batch), (2, 4));
     assert_eq!(
-        l.class_gate(batch, 0, &Eligibility::ANY),
+        l.class_gate(batch, 0, 0, &Eligibility::ANY),
         Err(GateClosed::PrefillBusy)
     );
 }
@@ -424,6 +425,11 @@ enum Op {
         rank: u8,
         held: u8,
     },
+    /// Prefill credits (only with them on): A now holds `held` prompt tokens on a rank.
+    PrefillCredit {
+        rank: u8,
+        held: u16,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -439,6 +445,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..5, 1u8..4, 0u8..80, 1u8..255).prop_map(|(worker, ranks, kv, batch)| Op::Upsert { worker, ranks, kv, batch }),
         1 => (0u8..5).prop_map(|worker| Op::RemoveWorker { worker }),
         2 => (0u8..12, 0u8..60).prop_map(|(rank, held)| Op::Credit { rank, held }),
+        2 => (0u8..12, 0u16..600).prop_map(|(rank, held)| Op::PrefillCredit { rank, held }),
     ]
 }
 
@@ -525,6 +532,10 @@ fn apply(l: &mut BookingLedger, op: &Op) {
             let rank = rank_of(l, rank);
             l.set_credit_held(rank, u64::from(held));
         }
+        Op::PrefillCredit { rank, held } => {
+            let rank = rank_of(l, rank);
+            l.set_credit_held(CreditKey::prefill(rank), u64::from(held));
+        }
     }
 }
 
@@ -561,13 +572,14 @@ proptest! {
         setup in proptest::collection::vec((0u8..5, 1u8..4, 0u8..80, 1u8..255), 1..4),
         ops in proptest::collection::vec(op(), 0..80),
         credits in any::<bool>(),
+        prefill_credits in any::<bool>(),
     ) {
         let mut l = BookingLedger::new(&profile());
         for (worker, ranks, kv, batch) in setup {
             apply(&mut l, &Op::Upsert { worker, ranks, kv, batch });
         }
         if credits {
-            l.enable_credits(A);
+            l.enable_credits(A, prefill_credits);
         }
         for op in &ops {
             apply(&mut l, op);
@@ -578,6 +590,7 @@ proptest! {
         prop_assert!(snap.is_idle(), "not idle: {snap:?}");
         for r in &snap.ranks {
             prop_assert_eq!(l.own_blocks(r.rank), 0, "own blocks left on {:?}", r.rank);
+            prop_assert_eq!(l.own_use(CreditKey::prefill(r.rank)), 0, "own prefill left on {:?}", r.rank);
         }
         let (busy, eligible) = l.busy_ranks(ClassId(0));
         prop_assert_eq!(busy, 0);
@@ -588,15 +601,16 @@ proptest! {
     fn the_incremental_gate_always_agrees_with_the_full_scan(
         setup in proptest::collection::vec((0u8..5, 1u8..4, 0u8..80, 1u8..255), 1..4),
         ops in proptest::collection::vec(op(), 0..60),
-        needs in proptest::collection::vec(0u64..60, 1..4),
+        needs in proptest::collection::vec((0u64..60, 0u64..500), 1..4),
         credits in any::<bool>(),
+        prefill_credits in any::<bool>(),
     ) {
         let mut l = BookingLedger::new(&profile());
         for (worker, ranks, kv, batch) in setup {
             apply(&mut l, &Op::Upsert { worker, ranks, kv, batch });
         }
         if credits {
-            l.enable_credits(A);
+            l.enable_credits(A, prefill_credits);
         }
         for op in &ops {
             apply(&mut l, op);
@@ -604,9 +618,9 @@ proptest! {
             let pending = [(rank_of(&l, 0), 7), (rank_of(&l, 3), 2)];
             for filter in filters(&l) {
                 for class in [ClassId(0), ClassId(1), ClassId(2)] {
-                    for &need in &needs {
-                        prop_assert_eq!(l.class_gate(class, need, &filter), reference.class_gate(class, need, &filter),
-                            "class {:?} need {} filter {:?}", class, need, filter);
+                    for &(need, prefill_need) in &needs {
+                        prop_assert_eq!(l.class_gate(class, need, prefill_need, &filter), reference.class_gate(class, need, prefill_need, &filter),
+                            "class {:?} need {} prefill {} filter {:?}", class, need, prefill_need, filter);
                         if class != ClassId(1) {
                             let top = l.top_decode_rooms(class, &filter, 4);
                             prop_assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "{:?}", top);

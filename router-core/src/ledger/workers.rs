@@ -132,6 +132,9 @@ impl BookingLedger {
         if self.credit_owner.is_some() {
             // Credits on: a new rank holds none until its owner grants some.
             state.credit_held = Some(0);
+            if self.prefill_credits {
+                state.prefill_credit_held = Some(0);
+            }
         }
         let id = state.id;
         let slot = match self.free_slots.pop() {

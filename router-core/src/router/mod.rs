@@ -15,7 +15,7 @@ pub use request::{Prompt, RouteRequest};
 
 use crate::admission::{AdmissionRequest, DecodeRoomView, Outcome, Scheduler, SchedulerConfig};
 use crate::hashing::{SequenceHash, token_sequence_hashes};
-use crate::ids::{RankId, RequestId, WorkerId};
+use crate::ids::{RequestId, WorkerId};
 use crate::index::{
     ApproxConfig, ApproxIndex, EventStatus, KvEvent, KvIndexReader, OverlapScores, SharedKvIndex,
 };
@@ -159,17 +159,24 @@ impl PoolRouter {
     /// also bounded by the credits it holds there.
     pub fn enable_credits(&mut self) {
         let owner = self.scheduler.owner();
-        self.scheduler.ledger_mut().enable_credits(owner);
+        // Prompt tokens are booked out of prefill credits only where this pool's own gate
+        // checks its prefill line for the requests it books: an aggregated pool.
+        let prefill = self.scheduler.role() == crate::admission::PoolRole::Aggregated;
+        self.scheduler.ledger_mut().enable_credits(owner, prefill);
     }
 
     /// Applies what a credit agent says this router now holds, and raises the room epoch
     /// when `room_may_have_grown` (credits given back to it as owner). True when the gate
     /// may have opened (drain).
-    pub fn apply_credits(&mut self, held: Vec<(RankId, u64)>, room_may_have_grown: bool) -> bool {
+    pub fn apply_credits(
+        &mut self,
+        held: Vec<(crate::credits::CreditKey, u64)>,
+        room_may_have_grown: bool,
+    ) -> bool {
         let ledger = self.scheduler.ledger_mut();
         let before = ledger.room_epoch();
-        for (rank, blocks) in held {
-            ledger.set_credit_held(rank, blocks);
+        for (key, amount) in held {
+            ledger.set_credit_held(key, amount);
         }
         if room_may_have_grown {
             ledger.raise_room_epoch();

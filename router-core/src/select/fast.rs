@@ -74,7 +74,7 @@ impl Selector {
         match cheapest.best {
             Some(choice) => Some(Ok(choice)),
             // Eligible ranks exist, so only room can have ruled them all out.
-            None if request.need_room.is_some() => Some(Err(SelectError::NoRoom)),
+            None if request.needs_room() => Some(Err(SelectError::NoRoom)),
             None => None,
         }
     }

@@ -49,6 +49,16 @@ pub struct SelectionRequest<'a> {
     pub preferred: Option<RankId>,
     /// Only ranks where the class may commit this many more decode blocks.
     pub need_room: Option<u64>,
+    /// Only ranks where this router's prefill credits cover this many prompt tokens for the
+    /// class (see `crate::credits`; always true with prefill credits off).
+    pub need_prefill: Option<u64>,
+}
+
+impl SelectionRequest<'_> {
+    /// Whether a rank may be ruled out by room (decode room or prefill credits).
+    fn needs_room(&self) -> bool {
+        self.need_room.is_some() || self.need_prefill.is_some()
+    }
 }
 
 /// The chosen rank, its cost and the prefix blocks it already holds.
@@ -176,11 +186,16 @@ impl Selector {
     }
 }
 
-/// Whether the class may commit the request's decode blocks on this rank.
+/// Whether the class may commit the request's decode blocks on this rank, and this
+/// router's prefill credits there cover its prompt.
 fn fits(load: &RankLoad<'_>, request: &SelectionRequest<'_>) -> bool {
+    let class = request.class.index();
     request
         .need_room
-        .is_none_or(|need| load.has_room(request.class.index(), need))
+        .is_none_or(|need| load.has_room(class, need))
+        && request
+            .need_prefill
+            .is_none_or(|tokens| load.prefill_covers(class, tokens))
 }
 
 /// The LoRA narrowing as `eligible_slots` applies it: a worker serving the adapter, unless

@@ -242,6 +242,7 @@ proptest! {
                     eligibility: &Eligibility::ANY,
                     preferred: a.preferred.map(|p| pick(&l, p)),
                     need_room: a.room.map(u64::from),
+                    need_prefill: None,
                 };
                 let fast = selector.select(&l, &request, &mut SmallRng::seed_from_u64(a.seed));
                 let scan = selector.select_full_scan(&l, &request, &mut SmallRng::seed_from_u64(a.seed));

@@ -86,6 +86,7 @@ fn request<'a>(hashes: &'a [u64], overlap: &'a [(RankId, u32)]) -> SelectionRequ
         eligibility: &Eligibility::ANY,
         preferred: None,
         need_room: None,
+        need_prefill: None,
     }
 }
 

@@ -1,0 +1,255 @@
+//! Prefill credits in an aggregated pool: three replicas, each with its own ledger and no
+//! peer sync at all (the worst case: nobody sees another's bookings), admitting a burst of
+//! prompts. The prompt tokens they book together on a rank never pass the class's prefill
+//! line by more than one prompt (what one router allows: it admits onto a rank not yet
+//! busy), decode room is granted on the same rank, and credits come back when prefill ends.
+
+use super::*;
+use crate::admission::RoomWant;
+use crate::eligibility::Eligibility;
+use crate::ids::{BookingKey, ClassId, RequestId};
+use crate::ledger::{Booking, BookingLedger};
+use crate::policy::PolicyProfile;
+use crate::time::Timestamp;
+use crate::worker::WorkerSpec;
+use proptest::prelude::*;
+use std::collections::VecDeque;
+
+const CLASS: ClassId = ClassId(0);
+/// 0.5 × a batch of 4,096 tokens.
+const LINE: u64 = 2048;
+
+fn profile() -> PolicyProfile {
+    PolicyProfile::from_toml_str(
+        r#"
+default_class = "interactive"
+[[classes]]
+name = "interactive"
+slo_ms = 60000
+quantum = 100
+prefill_busy_threshold_frac = 0.5
+decode_busy_threshold_frac = 0.5
+"#,
+    )
+    .expect("valid test profile")
+}
+
+struct Replica {
+    id: RouterId,
+    agent: CreditAgent,
+    ledger: BookingLedger,
+    /// Own requests still in prefill, with their rank.
+    prefilling: Vec<RequestId>,
+    next: u128,
+}
+
+fn fleet(n: u128) -> (Vec<Replica>, VecDeque<(RouterId, CreditOut)>) {
+    let mut replicas: Vec<Replica> = (1..=n)
+        .map(|i| {
+            let id = RouterId(uuid::Uuid::from_u128(i));
+            let mut ledger = BookingLedger::new(&profile());
+            for w in [1, 2] {
+                ledger
+                    .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
+                    .expect("a valid worker");
+            }
+            ledger.enable_credits(id, true);
+            let mut agent = CreditAgent::new(id, Duration::from_millis(5));
+            agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
+            Replica {
+                id,
+                agent,
+                ledger,
+                prefilling: Vec::new(),
+                next: i << 64,
+            }
+        })
+        .collect();
+    let ids: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
+    let mut wire = VecDeque::new();
+    for r in &mut replicas {
+        let peers: Vec<RouterId> = ids.iter().copied().filter(|p| *p != r.id).collect();
+        for out in r.agent.set_peers(peers, Timestamp::ZERO) {
+            wire.push_back((r.id, out));
+        }
+    }
+    deliver(
+        &mut replicas,
+        &mut wire,
+        Timestamp::from_millis(1),
+        usize::MAX,
+    );
+    (replicas, wire)
+}
+
+fn sync(r: &mut Replica) {
+    for (key, held) in r.agent.take_held_changes() {
+        r.ledger.set_credit_held(key, held);
+    }
+}
+
+/// Delivers up to `budget` messages (the rest stay in flight).
+fn deliver(
+    replicas: &mut [Replica],
+    wire: &mut VecDeque<(RouterId, CreditOut)>,
+    now: Timestamp,
+    budget: usize,
+) {
+    for _ in 0..budget {
+        let Some((from, out)) = wire.pop_front() else {
+            break;
+        };
+        let Some(to) = replicas.iter_mut().find(|r| r.id == out.to) else {
+            continue;
+        };
+        for reply in to.agent.receive(from, out.msg, &to.ledger, now) {
+            wire.push_back((to.id, reply));
+        }
+        sync(to);
+    }
+}
+
+fn want(prompt: u64) -> RoomWant {
+    RoomWant {
+        class: CLASS,
+        need: 10,
+        prefill_need: Some(prompt),
+        lora: None,
+    }
+}
+
+/// One admission as the scheduler makes it: the gate with both needs, then a rank whose
+/// prefill credits cover the prompt and whose decode room takes the blocks; booked in this
+/// replica's ledger only.
+fn try_admit(r: &mut Replica, prompt: u64, now: Timestamp) -> Result<(), Vec<CreditOut>> {
+    if r.ledger
+        .class_gate(CLASS, 10, prompt, &Eligibility::ANY)
+        .is_err()
+    {
+        return Err(r.agent.want(&want(prompt), &r.ledger, now));
+    }
+    let rank = r
+        .ledger
+        .rank_ids()
+        .find(|rank| {
+            let load = r.ledger.rank_load(*rank).expect("a known rank");
+            load.prefill_covers(CLASS.index(), prompt) && load.has_room(CLASS.index(), 10)
+        })
+        .expect("an open gate has a covered rank");
+    r.next += 1;
+    let request = RequestId(uuid::Uuid::from_u128(r.next));
+    let booking = Booking {
+        rank,
+        block_hashes: Vec::new(),
+        prefill_tokens: prompt,
+        extra_blocks: 10,
+    };
+    r.ledger.book(BookingKey::new(r.id, request), booking);
+    r.prefilling.push(request);
+    Ok(())
+}
+
+/// Prompt tokens all replicas have booked on each rank.
+fn prefill_on(replicas: &[Replica]) -> Vec<u64> {
+    replicas[0]
+        .ledger
+        .rank_ids()
+        .map(|rank| {
+            replicas
+                .iter()
+                .map(|r| r.ledger.own_use(CreditKey::prefill(rank)))
+                .sum()
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn replicas_that_never_see_each_other_stay_within_one_prompt_of_the_line(
+        prompts in proptest::collection::vec(100u64..1500, 3),
+        order in proptest::collection::vec((0usize..3, 0usize..4), 20..80),
+    ) {
+        let (mut replicas, mut wire) = fleet(3);
+        let max_prompt = *prompts.iter().max().expect("three prompts");
+        for (step, (at, budget)) in order.into_iter().enumerate() {
+            let now = Timestamp::from_millis(10 + step as u64);
+            let r = &mut replicas[at];
+            if let Err(outs) = try_admit(r, prompts[at], now) {
+                let id = r.id;
+                wire.extend(outs.into_iter().map(|o| (id, o)));
+            }
+            sync(&mut replicas[at]);
+            deliver(&mut replicas, &mut wire, now, budget);
+            for (rank, tokens) in prefill_on(&replicas).into_iter().enumerate() {
+                prop_assert!(
+                    tokens <= LINE + max_prompt,
+                    "step {step}: {tokens} prompt tokens on rank {rank}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn one_replica_fills_each_rank_to_its_line_and_refills_when_prefill_ends() {
+    let (mut replicas, mut wire) = fleet(3);
+    let mut now = Timestamp::from_millis(10);
+    let mut admitted = 0;
+    // Replica 0 alone asks until its gate stays closed.
+    for _ in 0..40 {
+        now = now + ASK_TIMEOUT;
+        match try_admit(&mut replicas[0], 700, now) {
+            Ok(()) => admitted += 1,
+            Err(outs) => {
+                let id = replicas[0].id;
+                wire.extend(outs.into_iter().map(|o| (id, o)));
+                sync(&mut replicas[0]);
+                deliver(&mut replicas, &mut wire, now, usize::MAX);
+            }
+        }
+    }
+    // Each rank takes prompts while at or under 2,048 tokens: 700 × 3 = 2,100 (the third
+    // crosses the line, as with one router), so three per rank.
+    assert_eq!(admitted, 6, "{:?}", replicas[0].agent.snapshot(now));
+    assert_eq!(prefill_on(&replicas), vec![2100, 2100]);
+    // Replica 1 gets nothing while they prefill.
+    now = now + ASK_TIMEOUT;
+    let outs = try_admit(&mut replicas[1], 700, now).expect_err("every rank is taken");
+    let id1 = replicas[1].id;
+    wire.extend(outs.into_iter().map(|o| (id1, o)));
+    deliver(&mut replicas, &mut wire, now, usize::MAX);
+    assert!(try_admit(&mut replicas[1], 700, now).is_err());
+    // Prefill ends on replica 0: its credits go back, and replica 1 is served.
+    let r0 = &mut replicas[0];
+    for request in std::mem::take(&mut r0.prefilling) {
+        r0.ledger
+            .mark_prefill_done(&BookingKey::new(r0.id, request));
+    }
+    let id0 = r0.id;
+    let outs = r0.agent.reconcile(&r0.ledger);
+    wire.extend(outs.into_iter().map(|o| (id0, o)));
+    sync(&mut replicas[0]);
+    deliver(&mut replicas, &mut wire, now, usize::MAX);
+    now = now + ASK_TIMEOUT;
+    let outs = try_admit(&mut replicas[1], 700, now).expect_err("credits first");
+    wire.extend(outs.into_iter().map(|o| (id1, o)));
+    deliver(&mut replicas, &mut wire, now, usize::MAX);
+    assert!(
+        try_admit(&mut replicas[1], 700, now).is_ok(),
+        "{:?}",
+        replicas[1].agent.snapshot(now)
+    );
+}
+
+#[test]
+fn a_prompt_above_the_line_still_gets_credits_on_an_idle_rank() {
+    let (mut replicas, mut wire) = fleet(1);
+    let now = Timestamp::from_millis(10);
+    let outs = try_admit(&mut replicas[0], 3000, now).expect_err("no credits yet");
+    assert!(outs.is_empty(), "a lone replica grants to itself");
+    sync(&mut replicas[0]);
+    deliver(&mut replicas, &mut wire, now, usize::MAX);
+    assert!(try_admit(&mut replicas[0], 3000, now).is_ok());
+}
