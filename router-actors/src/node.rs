@@ -219,6 +219,7 @@ impl Node {
                         ))),
                         out,
                         peers,
+                        bus: Arc::clone(&bus),
                     }
                 });
             let args = RouterArgs {

@@ -5,6 +5,7 @@
 //! what the agent says to the credit courier (`crate::credit_bus`).
 
 use super::state::RouterState;
+use crate::bus::Bus;
 use router_core::credits::{CreditAgent, CreditMsg, CreditOut, CreditSnapshot};
 use router_core::{RoomWant, RouterId};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 pub type SharedAgent = Arc<Mutex<CreditAgent>>;
 
 /// What a decode or aggregated router needs to take part in room credits.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CreditsArgs {
     pub agent: SharedAgent,
     /// Messages for peers, to the credit courier. Bounded: overflow is dropped and counted
@@ -23,11 +24,24 @@ pub struct CreditsArgs {
     pub out: mpsc::Sender<CreditOut>,
     /// The pool's live peer routers, kept by peer sync.
     pub peers: watch::Receiver<Vec<RouterId>>,
+    /// The node's bus: while it is down, credits from other owners are kept, not given
+    /// back (a safe local share).
+    pub bus: Arc<dyn Bus>,
+}
+
+impl std::fmt::Debug for CreditsArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreditsArgs")
+            .field("peers", &*self.peers.borrow())
+            .field("bus_connected", &self.bus.connected())
+            .finish_non_exhaustive()
+    }
 }
 
 pub(super) struct CreditsState {
     agent: SharedAgent,
     out: mpsc::Sender<CreditOut>,
+    bus: Arc<dyn Bus>,
     /// Ledger epoch of the last reconcile (nothing to reconcile while it has not moved).
     reconciled: Option<u64>,
     /// Ranks of the pool when last told to the agent.
@@ -42,6 +56,7 @@ impl CreditsState {
         Self {
             agent: Arc::clone(&args.agent),
             out: args.out.clone(),
+            bus: Arc::clone(&args.bus),
             reconciled: None,
             ranks_seen: usize::MAX,
             applied_version: 0,
@@ -49,8 +64,10 @@ impl CreditsState {
         }
     }
 
+    /// Runs `f` on the agent, told first whether the bus is up.
     fn with<R>(&self, f: impl FnOnce(&mut CreditAgent) -> R) -> R {
         let mut agent = self.agent.lock().unwrap_or_else(PoisonError::into_inner);
+        agent.set_connected(self.bus.connected());
         f(&mut agent)
     }
 

@@ -4,16 +4,15 @@
 //! peers, ticks) and sends the [`CreditOut`] messages it returns; messages to itself never
 //! leave it.
 
+use super::owner_of;
+use super::{CreditCounters, CreditMsg, CreditOut, CreditSnapshot, HeldReport};
 use super::{CreditHolder, CreditKey, CreditKind, CreditOwner, GrantDecision};
-use super::{HeldRankSnapshot, HeldReport};
-use super::{OwnedRankSnapshot, owner_of};
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
 use crate::ids::{ClassId, RankId, RouterId};
 use crate::ledger::BookingLedger;
 use crate::time::Timestamp;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -21,66 +20,6 @@ use std::time::Duration;
 pub const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 /// Spare credits nobody asked for within this long go back to their owner.
 pub const SPARE_HOLD: Duration = Duration::from_millis(500);
-
-/// What replicas say to each other about credits (the body of the credits subject).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CreditMsg {
-    /// Holder → owner: credits for `need` (blocks or tokens, by `kind`) on `rank`, under
-    /// `class`'s line.
-    Ask {
-        rank: RankId,
-        class: ClassId,
-        need: u64,
-        #[serde(default)]
-        kind: CreditKind,
-    },
-    /// Owner → holder.
-    Grant {
-        rank: RankId,
-        blocks: u64,
-        seq: u64,
-        #[serde(default)]
-        kind: CreditKind,
-    },
-    /// Owner → holder: not now (no room, settling, or not the owner).
-    Deny {
-        rank: RankId,
-        #[serde(default)]
-        kind: CreditKind,
-    },
-    /// Holder → owner: what it holds (acknowledgement, give-back or periodic report).
-    Held(HeldReport),
-}
-
-/// A message for one peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreditOut {
-    pub to: RouterId,
-    pub msg: CreditMsg,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CreditCounters {
-    pub asks_sent: u64,
-    pub grants_received: u64,
-    pub denials_received: u64,
-    pub local_grants: u64,
-    pub grants_given: u64,
-    pub denials_given: u64,
-    pub blocks_given_back: u64,
-    pub tokens_given_back: u64,
-}
-
-/// The agent's state, for `Observe`.
-#[derive(Debug, Clone, Serialize)]
-pub struct CreditSnapshot {
-    pub members: Vec<RouterId>,
-    pub held: Vec<HeldRankSnapshot>,
-    pub owned: Vec<OwnedRankSnapshot>,
-    pub asking: usize,
-    pub counters: CreditCounters,
-}
 
 #[derive(Debug, Clone)]
 pub struct CreditAgent {
@@ -99,6 +38,10 @@ pub struct CreditAgent {
     /// Rises when room this replica can use may have grown (a grant, credits given back to
     /// it as owner): a room signal for the prefill gate.
     version: u64,
+    /// This replica's bus is up. While it is down, messages to peers are lost: credits from
+    /// other owners are kept when own requests end instead of given back (their owners still
+    /// count them, so they are a safe local share) and nothing is asked of other owners.
+    connected: bool,
     counters: CreditCounters,
 }
 
@@ -117,12 +60,24 @@ impl CreditAgent {
             last_want: None,
             settling: 0,
             version: 0,
+            connected: true,
             counters: CreditCounters::default(),
         }
     }
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Whether this replica's bus is up (see the `connected` field).
+    pub fn set_connected(&mut self, connected: bool) {
+        self.connected = connected;
+    }
+
+    /// Credits on `key` may go back now: always to this replica as owner, to another owner
+    /// only while the bus carries the report.
+    fn may_give_back(&self, key: CreditKey) -> bool {
+        self.connected || self.holder.owner(key) == Some(self.me)
     }
 
     /// Credits held on `key` that no own request uses.
@@ -287,6 +242,10 @@ impl CreditAgent {
         let Some(owner) = self.holder.owner(key) else {
             return Vec::new();
         };
+        if owner != self.me && !self.connected {
+            // The ask would be lost: make do with the credits held.
+            return Vec::new();
+        }
         if owner == self.me {
             if let GrantDecision::Granted { blocks, seq } =
                 self.decide(key, self.me, class, missing, ledger, now)
@@ -416,7 +375,7 @@ impl CreditAgent {
         let mut out = Vec::new();
         for key in keys {
             let spare_before = self.holder.spare(key);
-            if self.holder.set_used(key, ledger.own_use(key)) > 0 {
+            if self.holder.set_used(key, ledger.own_use(key)) > 0 && self.may_give_back(key) {
                 out.extend(self.give_back(key, spare_before));
             }
         }
@@ -487,10 +446,19 @@ impl CreditAgent {
             .is_none_or(|at| now.saturating_since(at) >= SPARE_HOLD);
         let mut out = Vec::new();
         if idle {
-            let spare: Vec<CreditKey> = self.holder.spares().map(|(k, _)| k).collect();
+            let spare: Vec<CreditKey> = self
+                .holder
+                .spares()
+                .map(|(k, _)| k)
+                .filter(|k| self.may_give_back(*k))
+                .collect();
             for key in spare {
                 out.extend(self.give_back(key, 0));
             }
+        }
+        if !self.connected {
+            // Reports would be lost; the first tick after the bus is back sends them.
+            return out;
         }
         let held: Vec<(CreditKey, RouterId)> = self
             .holder

@@ -33,6 +33,7 @@
 
 mod agent;
 mod holder;
+mod messages;
 mod owner;
 
 #[cfg(test)]
@@ -42,10 +43,9 @@ mod prefill_tests;
 #[cfg(test)]
 mod tests;
 
-pub use agent::{
-    ASK_TIMEOUT, CreditAgent, CreditCounters, CreditMsg, CreditOut, CreditSnapshot, SPARE_HOLD,
-};
+pub use agent::{ASK_TIMEOUT, CreditAgent, SPARE_HOLD};
 pub use holder::{CreditHolder, HeldRankSnapshot, HeldReport};
+pub use messages::{CreditCounters, CreditMsg, CreditOut, CreditSnapshot};
 pub use owner::{CreditOwner, GrantDecision, OwnedRankSnapshot};
 
 use crate::ids::{RankId, RouterId};

@@ -7,7 +7,7 @@
 use super::*;
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
-use crate::ids::{BookingKey, ClassId, RequestId};
+use crate::ids::{BookingKey, ClassId, RankId, RequestId};
 use crate::ledger::{Booking, BookingLedger};
 use crate::policy::PolicyProfile;
 use crate::time::Timestamp;
@@ -252,4 +252,75 @@ fn a_prompt_above_the_line_still_gets_credits_on_an_idle_rank() {
     sync(&mut replicas[0]);
     deliver(&mut replicas, &mut wire, now, usize::MAX);
     assert!(try_admit(&mut replicas[0], 3000, now).is_ok());
+}
+
+#[test]
+fn a_replica_cut_off_from_the_bus_keeps_what_it_holds_and_gives_it_back_once_reconnected() {
+    let (mut replicas, mut wire) = fleet(3);
+    // A replica that owns no rank: all its credits come from other owners.
+    let members: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
+    let ranks: Vec<RankId> = replicas[0].ledger.rank_ids().collect();
+    let at = (0..3)
+        .find(|&i| {
+            ranks
+                .iter()
+                .all(|rank| owner_of(*rank, &members) != Some(members[i]))
+        })
+        .expect("three replicas, two ranks");
+    let mut now = Timestamp::from_millis(10);
+    let mut admitted = 0;
+    for _ in 0..40 {
+        now = now + ASK_TIMEOUT;
+        match try_admit(&mut replicas[at], 700, now) {
+            Ok(()) => admitted += 1,
+            Err(outs) => {
+                let id = replicas[at].id;
+                wire.extend(outs.into_iter().map(|o| (id, o)));
+                sync(&mut replicas[at]);
+                deliver(&mut replicas, &mut wire, now, usize::MAX);
+            }
+        }
+    }
+    assert_eq!(admitted, 6);
+    // The bus goes down; the six prefills end.
+    let r0 = &mut replicas[at];
+    r0.agent.set_connected(false);
+    for request in std::mem::take(&mut r0.prefilling) {
+        r0.ledger
+            .mark_prefill_done(&BookingKey::new(r0.id, request));
+    }
+    let outs = r0.agent.reconcile(&r0.ledger);
+    assert!(outs.is_empty(), "nothing can reach the owners: {outs:?}");
+    sync(r0);
+    // The credits it held are its safe share: six prompts again, without a message.
+    let mut again = 0;
+    for _ in 0..10 {
+        now = now + ASK_TIMEOUT;
+        match try_admit(r0, 700, now) {
+            Ok(()) => again += 1,
+            Err(outs) => {
+                assert!(outs.is_empty(), "no ask while cut off: {outs:?}");
+                sync(r0);
+            }
+        }
+    }
+    assert_eq!(again, 6, "{:?}", r0.agent.snapshot(now));
+    // Back online, with those prefills ended and nothing wanted: the spare goes back.
+    r0.agent.set_connected(true);
+    for request in std::mem::take(&mut r0.prefilling) {
+        r0.ledger
+            .mark_prefill_done(&BookingKey::new(r0.id, request));
+    }
+    let mut outs = r0.agent.reconcile(&r0.ledger);
+    outs.extend(r0.agent.tick(now + SPARE_HOLD + SPARE_HOLD));
+    let me = r0.id;
+    assert!(
+        !outs.is_empty() && outs.iter().all(|o| o.to != me),
+        "credits from other owners go back: {outs:?} {:?}",
+        r0.agent.snapshot(now)
+    );
+    sync(r0);
+    wire.extend(outs.into_iter().map(|o| (me, o)));
+    deliver(&mut replicas, &mut wire, now, usize::MAX);
+    assert_eq!(replicas[at].agent.spares().count(), 0);
 }

@@ -1,0 +1,67 @@
+//! What a replica's credit agent says and shows: the messages replicas trade on the credits
+//! subject ([`CreditMsg`], addressed as [`CreditOut`]), its counters and its `Observe`
+//! snapshot.
+
+use super::{CreditKind, HeldRankSnapshot, HeldReport, OwnedRankSnapshot};
+use crate::ids::{ClassId, RankId, RouterId};
+use serde::{Deserialize, Serialize};
+
+/// What replicas say to each other about credits (the body of the credits subject).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreditMsg {
+    /// Holder → owner: credits for `need` (blocks or tokens, by `kind`) on `rank`, under
+    /// `class`'s line.
+    Ask {
+        rank: RankId,
+        class: ClassId,
+        need: u64,
+        #[serde(default)]
+        kind: CreditKind,
+    },
+    /// Owner → holder.
+    Grant {
+        rank: RankId,
+        blocks: u64,
+        seq: u64,
+        #[serde(default)]
+        kind: CreditKind,
+    },
+    /// Owner → holder: not now (no room, settling, or not the owner).
+    Deny {
+        rank: RankId,
+        #[serde(default)]
+        kind: CreditKind,
+    },
+    /// Holder → owner: what it holds (acknowledgement, give-back or periodic report).
+    Held(HeldReport),
+}
+
+/// A message for one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreditOut {
+    pub to: RouterId,
+    pub msg: CreditMsg,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CreditCounters {
+    pub asks_sent: u64,
+    pub grants_received: u64,
+    pub denials_received: u64,
+    pub local_grants: u64,
+    pub grants_given: u64,
+    pub denials_given: u64,
+    pub blocks_given_back: u64,
+    pub tokens_given_back: u64,
+}
+
+/// The agent's state, for `Observe`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CreditSnapshot {
+    pub members: Vec<RouterId>,
+    pub held: Vec<HeldRankSnapshot>,
+    pub owned: Vec<OwnedRankSnapshot>,
+    pub asking: usize,
+    pub counters: CreditCounters,
+}
