@@ -16,7 +16,9 @@
 //! ```
 //!
 //! Options: `--replicas` (3), `--topology` agg|disagg (disagg), `--credits` on|off (on),
-//! `--rate` requests/s (2000), `--seconds` (5), `--hold-ms` (50), `--workers` (4).
+//! `--rate` requests/s (2000), `--seconds` (5), `--hold-ms` (50), `--workers` (4),
+//! `--prefill-line` tokens (none): the class also gets `prefill_busy_threshold`, so an
+//! aggregated pool's admissions need prefill credits as well.
 //! nats-server: `$NATS_SERVER_BIN`, `.tools/nats`, `PATH`.
 
 use hdrhistogram::Histogram;
@@ -53,6 +55,7 @@ struct Args {
     seconds: u64,
     hold_ms: u64,
     workers: u64,
+    prefill_line: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +67,7 @@ fn parse_args() -> Result<Args, String> {
         seconds: 5,
         hold_ms: 50,
         workers: 4,
+        prefill_line: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +92,7 @@ fn parse_args() -> Result<Args, String> {
             "--rate" => args.rate = number(&value)?.max(1),
             "--seconds" => args.seconds = number(&value)?.max(1),
             "--hold-ms" => args.hold_ms = number(&value)?,
+            "--prefill-line" => args.prefill_line = Some(number(&value)?),
             "--workers" => args.workers = number(&value)?.max(1),
             other => return Err(format!("unknown option {other}")),
         }
@@ -96,7 +101,11 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn node_config(id: u128, args: &Args) -> Result<NodeConfig, String> {
-    let profile = PolicyProfile::from_toml_str(PROFILE).map_err(|e| e.to_string())?;
+    let text = match args.prefill_line {
+        Some(line) => format!("{PROFILE}prefill_busy_threshold = {line}\n"),
+        None => PROFILE.to_owned(),
+    };
+    let profile = PolicyProfile::from_toml_str(&text).map_err(|e| e.to_string())?;
     let mut c = NodeConfig::new(
         CLUSTER,
         RouterId(uuid::Uuid::from_u128(id)),
@@ -256,10 +265,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = started.elapsed().as_secs_f64();
     let h = histogram.lock().map_err(|_| "histogram lock")?.clone();
     println!(
-        "replicas {} topology {:?} credits {} rate {}/s for {:.1} s: admitted {} failed {}",
+        "replicas {} topology {:?} credits {} prefill line {} rate {}/s for {:.1} s: admitted {} \
+         failed {}",
         args.replicas,
         args.topology,
         if args.credits { "on" } else { "off" },
+        args.prefill_line
+            .map_or_else(|| "none".to_owned(), |l| l.to_string()),
         args.rate,
         elapsed,
         h.len(),

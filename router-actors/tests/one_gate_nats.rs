@@ -103,6 +103,20 @@ async fn three_aggregated_replicas_taking_one_burst_stay_within_a_prompt_of_the_
 }
 
 /// What the fleet committed on each rank is within `bound`; then the nodes stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_credits_three_aggregated_replicas_admit_past_the_prefill_line() {
+    // The contrast: each replica judges the line against its own view, and a burst that
+    // reaches all three at once is admitted by each.
+    let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
+    let (_server, nodes, admitted) =
+        burst(Topology::Aggregated, PREFILL_PROFILE, fits, false).await;
+    println!("prefill line, 3 replicas without credits: {admitted} admitted (one router: {fits})");
+    assert!(admitted > fits, "{admitted} admitted");
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
 async fn check_committed(nodes: Vec<Node>, pool: PoolRole, prefill: bool, bound: u64) {
     let committed = committed_per_rank(&nodes, pool, prefill).await;
     assert_eq!(committed.len(), 2, "{committed:?}");
@@ -125,13 +139,31 @@ async fn burst_through_three_replicas(
     profile: &str,
     fits: usize,
 ) -> (NatsServer, Vec<Node>) {
+    let (server, nodes, admitted) = burst(topology, profile, fits, true).await;
+    assert_eq!(admitted, fits, "admitted past the line");
+    (server, nodes)
+}
+
+/// The burst; waits until at least `fits` requests are admitted, then gives the replicas
+/// every chance to admit more. Returns how many were admitted.
+async fn burst(
+    topology: Topology,
+    profile: &str,
+    fits: usize,
+    room_credits: bool,
+) -> (NatsServer, Vec<Node>, usize) {
     let server = start_nats().await;
     let mut buses = Vec::new();
     let mut nodes = Vec::new();
     for id in 1..=3u128 {
         let bus = bus(&server).await;
         let profile = PolicyProfile::from_toml_str(profile).expect("profile");
-        nodes.push(node(id, topology, profile, Arc::clone(&bus)).await);
+        let mut config = config(id, topology, profile);
+        config.room_credits = room_credits;
+        let node = Node::start(config, Arc::clone(&bus))
+            .await
+            .unwrap_or_else(|e| panic!("node {id} starts: {e}"));
+        nodes.push(node);
         buses.push(bus);
     }
     let pool = room_pool(topology);
@@ -186,13 +218,10 @@ async fn burst_through_three_replicas(
     .await;
     // Give the others every chance to overshoot: more gate passes, more peer sync.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(
-        admitted.load(Ordering::Relaxed),
-        fits,
-        "admitted past the line"
-    );
+    let admitted = admitted.load(Ordering::Relaxed);
     for task in burst {
         task.abort();
     }
-    (server, nodes)
+    drop(fleet);
+    (server, nodes, admitted)
 }
