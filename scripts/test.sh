@@ -29,6 +29,9 @@ echo "== HAProxy for the cluster tests (scripts/install-haproxy.sh)"
 HAPROXY_BIN="$PWD/.tools/haproxy/bin/haproxy"
 export HAPROXY_BIN
 
+echo "== deployment files: compose, Kubernetes, Dockerfile (scripts/check-deploy.sh)"
+./scripts/check-deploy.sh
+
 echo "== the openai Python client for the client tests (scripts/install-pytools.sh)"
 ./scripts/install-pytools.sh
 SWITCHYARD_PYTHON="$PWD/.tools/py/bin/python"

@@ -84,12 +84,12 @@ struct DemoArgs {
     offline: bool,
 }
 
-/// The node's configuration file. Environment overrides: SWITCHYARD_CLUSTER,
-/// SWITCHYARD_HTTP_LISTEN, SWITCHYARD_NATS_URL, SWITCHYARD_OTLP_ENDPOINT.
+/// The node's configuration file. Every key can be overridden from the environment:
+/// SWITCHYARD_<SECTION>__<KEY>, e.g. SWITCHYARD_HTTP__BODY_LIMIT_BYTES (docs/configuration.md).
 #[derive(Debug, Args)]
 struct ConfigArgs {
     /// A TOML file; absent: the defaults (and the environment).
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE", env = router_node::config::ENV_CONFIG)]
     config: Option<PathBuf>,
 }
 

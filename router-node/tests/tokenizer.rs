@@ -75,7 +75,7 @@ fn save_word_level(dir: &Path) -> PathBuf {
 fn load(dir: &Path, toml: &str) -> Result<Prompter, ConfigError> {
     let path = dir.join("node.toml");
     std::fs::write(&path, toml).unwrap();
-    Config::load_with_env(Some(&path), |_| None)?.prompter()
+    Config::load_with_env(Some(&path), std::iter::empty::<(String, String)>())?.prompter()
 }
 
 /// A config dir with the tokenizer and the template, and the prompter loaded from it

@@ -34,7 +34,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 fn load(dir: &Path, toml: &str) -> Result<Prompter, ConfigError> {
     let path = dir.join("node.toml");
     std::fs::write(&path, toml).unwrap();
-    Config::load_with_env(Some(&path), |_| None)?.prompter()
+    Config::load_with_env(Some(&path), std::iter::empty::<(String, String)>())?.prompter()
 }
 
 /// A config dir holding a copy of the fixture's tokenizer.json in `model/` with

@@ -1,6 +1,7 @@
-//! Loading: defaults → file → environment, then validation; and conversion to what the
+//! Loading: defaults → file → environment (`env.rs`), then validation; and conversion to what the
 //! node and the frontend take.
 
+use super::env::Overrides;
 use super::{Config, TopologyKind};
 use crate::frontend::Limits;
 use router_actors::{NodeConfig, Topology};
@@ -8,15 +9,6 @@ use router_core::{PolicyError, PolicyFormat, PolicyProfile, RouterId, SelectionC
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Overrides `node.cluster`.
-pub const ENV_CLUSTER: &str = "SWITCHYARD_CLUSTER";
-/// Overrides `http.listen`.
-pub const ENV_HTTP_LISTEN: &str = "SWITCHYARD_HTTP_LISTEN";
-/// Overrides `bus.nats_url`.
-pub const ENV_NATS_URL: &str = "SWITCHYARD_NATS_URL";
-/// Overrides `telemetry.otlp_endpoint`.
-pub const ENV_OTLP_ENDPOINT: &str = "SWITCHYARD_OTLP_ENDPOINT";
 
 /// What can be wrong with a configuration. Every variant names the file or the key.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +42,19 @@ pub enum ConfigError {
     },
     #[error("cannot print the configuration: {0}")]
     Print(String),
+    /// An environment variable that does not parse as its key's type, or names no key.
+    #[error("environment variable {var} ({key}): {message}")]
+    Env {
+        var: String,
+        key: String,
+        message: String,
+    },
+    /// A bad value (`source`) that an environment variable set.
+    #[error("{source} (set by environment variable {var})")]
+    FromEnv {
+        var: String,
+        source: Box<ConfigError>,
+    },
 }
 
 impl ConfigError {
@@ -66,6 +71,8 @@ impl ConfigError {
             Self::Invalid { key, .. } => Some(key),
             Self::Policy { .. } | Self::PolicyRead { .. } => Some("policy.path"),
             Self::Tokenizer { key, .. } => Some(key),
+            Self::Env { key, .. } => Some(key),
+            Self::FromEnv { source, .. } => source.key(),
             _ => None,
         }
     }
@@ -89,17 +96,26 @@ impl Config {
     }
 
     /// The effective configuration: defaults, then `path` if given, then the process
-    /// environment; validated.
+    /// environment (`SWITCHYARD_<SECTION>__<KEY>`, see `env.rs`); validated.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        Self::load_with_env(path, |name| std::env::var(name).ok())
+        Self::load_with_env(
+            path,
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        )
     }
 
-    /// [`Config::load`] with the environment read through `env` (tests pass a map).
-    pub fn load_with_env(
+    /// [`Config::load`] with the environment given as its variables (tests pass a few).
+    pub fn load_with_env<K, V>(
         path: Option<&Path>,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config, ConfigError> {
-        let mut config = match path {
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Config, ConfigError>
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let overrides = Overrides::collect(vars)?;
+        let config = match path {
             None => Config::default(),
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -111,8 +127,8 @@ impl Config {
                 config
             }
         };
-        config.apply_env(env);
-        config.validate()?;
+        let config = overrides.apply(&config)?;
+        config.validate().map_err(|e| overrides.attribute(e))?;
         Ok(config)
     }
 
@@ -134,23 +150,6 @@ impl Config {
             if path.is_relative() {
                 *path = dir.join(&*path);
             }
-        }
-    }
-
-    /// Applies the `SWITCHYARD_*` overrides; an empty value is ignored.
-    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) {
-        let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        if let Some(v) = get(ENV_CLUSTER) {
-            self.node.cluster = v;
-        }
-        if let Some(v) = get(ENV_HTTP_LISTEN) {
-            self.http.listen = v;
-        }
-        if let Some(v) = get(ENV_NATS_URL) {
-            self.bus.nats_url = v;
-        }
-        if let Some(v) = get(ENV_OTLP_ENDPOINT) {
-            self.telemetry.otlp_endpoint = Some(v);
         }
     }
 

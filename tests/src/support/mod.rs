@@ -43,14 +43,29 @@ use std::time::SystemTime;
 /// Overrides where the `router-node` binary is.
 pub const BIN_ENV: &str = "SWITCHYARD_ROUTER_NODE_BIN";
 
-/// Environment variables a node reads; removed from every child so the caller's shell
-/// cannot change a test.
-pub const NODE_ENV: [&str; 4] = [
+/// Environment variables a node reads besides the rule's `SWITCHYARD_<SECTION>__<KEY>`:
+/// the config file's path and the older aliases. These and every variable of the rule are
+/// removed from every child so the caller's shell cannot change a test ([`is_node_env`]).
+pub const NODE_ENV: [&str; 5] = [
+    "SWITCHYARD_CONFIG",
     "SWITCHYARD_CLUSTER",
     "SWITCHYARD_HTTP_LISTEN",
     "SWITCHYARD_NATS_URL",
     "SWITCHYARD_OTLP_ENDPOINT",
 ];
+
+/// The rule's prefix and separator (`router_node::config::{ENV_PREFIX, ENV_SEPARATOR}`; this
+/// crate's library does not link router-node, and `serve_cli.rs` checks they agree).
+pub const NODE_ENV_RULE: (&str, &str) = ("SWITCHYARD_", "__");
+
+/// Whether a node reads the variable `name` (see [`NODE_ENV`]).
+pub fn is_node_env(name: &str) -> bool {
+    let (prefix, separator) = NODE_ENV_RULE;
+    NODE_ENV.contains(&name)
+        || name
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.contains(separator))
+}
 
 /// The `router-node` binary under test (see the module doc). Panics with the fix when there
 /// is none or it is older than the sources.
@@ -70,8 +85,10 @@ pub fn workspace_root() -> PathBuf {
 /// A `router-node` command with the node's environment variables removed.
 pub fn router_node() -> Command {
     let mut command = Command::new(router_node_bin());
-    for var in NODE_ENV {
-        command.env_remove(var);
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(is_node_env) {
+            command.env_remove(var);
+        }
     }
     command
 }

@@ -268,6 +268,13 @@ impl RouterNode {
     fn serve(name: &str, config: &Path) -> (Proc, String) {
         let config_arg = config.to_string_lossy().into_owned();
         let mut proc = Proc::spawn(name, &["serve", "--config", &config_arg]);
+        let url = Self::wait_serving(&mut proc);
+        (proc, url)
+    }
+
+    /// Waits until a `serve` process with JSON logs says where it serves the OpenAI API, and
+    /// returns that as `http://host:port`.
+    pub fn wait_serving(proc: &mut Proc) -> String {
         let listen = proc.wait_for(START_TIMEOUT, |line| {
             let event: serde_json::Value = serde_json::from_str(line).ok()?;
             let fields = &event["fields"];
@@ -275,7 +282,7 @@ impl RouterNode {
                 .then(|| fields["listen"].as_str().map(str::to_owned))
                 .flatten()
         });
-        (proc, format!("http://{listen}"))
+        format!("http://{listen}")
     }
 
     /// A rolling restart of this replica: SIGTERM (it drains), then the same configuration
