@@ -251,7 +251,7 @@ impl RouterNode {
             "node.toml",
             &format!(
                 "[node]\ncluster = \"{cluster}\"\n{node_extra}\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
-                 drain_timeout_ms = 2000\n{http_extra}\n\n[bus]\n{bus}\n\n[telemetry]\n\
+                 drain_timeout_ms = 10000\n{http_extra}\n\n[bus]\n{bus}\n\n[telemetry]\n\
                  log_format = \"json\"\n\n{extra}\n"
             ),
         );
