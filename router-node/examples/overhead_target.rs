@@ -11,6 +11,11 @@
 //!   fallback policy profile (one class, never queues), `http.listen = --listen`.
 //! - Telemetry: the defaults of `router-node serve` (text logs at `info`, no trace export), as
 //!   a deployed node runs; `--no-telemetry` installs no subscriber at all.
+//! - Admission with peers: `--policy FILE` loads a policy profile (a class with a decode or
+//!   prefill line makes admissions take room credits), `--replicas N` starts N router nodes on
+//!   the same in-process bus (the first is the one measured; the others are its peers and own
+//!   their share of the ranks, so the measured one asks them for credits), `--no-credits`
+//!   turns room credits off for the contrast.
 //!
 //! Prints one line per address, then `ready` once the router answers `/ready` (it follows
 //! the workers' announcements):
@@ -58,6 +63,16 @@ struct Args {
     /// Install no tracing subscriber at all.
     #[arg(long = "no-telemetry", action = clap::ArgAction::SetFalse)]
     telemetry: bool,
+    /// Router nodes on the bus: the first listens on `--listen`, the others (its peers) on
+    /// ports the OS picks.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    replicas: u64,
+    /// A policy profile for every router (default: one class that never queues).
+    #[arg(long)]
+    policy: Option<std::path::PathBuf>,
+    /// Room credits off (`[scheduler] room_credits = false`).
+    #[arg(long)]
+    no_credits: bool,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +102,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.bus.kind = BusKind::InProcess;
     config.http.listen = args.listen.clone();
     config.http.models = vec!["sim".to_owned()];
+    config.policy.path = args.policy.clone();
+    config.scheduler.room_credits = !args.no_credits;
     config.validate()?;
     let guard = if args.telemetry {
         Some(telemetry::init(&config.telemetry)?)
@@ -122,17 +139,49 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     std::io::stdout().flush()?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let served = tokio::spawn(serve_with_bus(config, listener, bus, async move {
-        let mut stop_rx = stop_rx;
-        let _ = stop_rx.wait_for(|s| *s).await;
-    }));
-    wait_ready(&router_url).await?;
+    let mut served = Vec::new();
+    let mut urls = vec![router_url.clone()];
+    for n in 1..args.replicas {
+        let peer = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", peer.local_addr()?);
+        println!("peer {n} {url}");
+        urls.push(url);
+        let mut peer_config = config.clone();
+        peer_config.node.router_id = None;
+        let mut stop_rx = stop_rx.clone();
+        served.push(tokio::spawn(serve_with_bus(
+            peer_config,
+            peer,
+            bus.clone(),
+            async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            },
+        )));
+    }
+    served.push(tokio::spawn(serve_with_bus(
+        config,
+        listener,
+        bus,
+        async move {
+            let mut stop_rx = stop_rx;
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    )));
+    for url in &urls {
+        wait_ready(url).await?;
+    }
+    if args.replicas > 1 {
+        // Rank ownership settles for two heartbeats once replicas see each other.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     println!("ready");
     std::io::stdout().flush()?;
 
     shutdown_signal().await;
     let _ = stop_tx.send(true);
-    served.await??;
+    for served in served {
+        served.await??;
+    }
     for worker in workers {
         worker.shutdown().await?;
     }
