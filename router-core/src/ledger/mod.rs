@@ -20,6 +20,8 @@ mod tree;
 mod workers;
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 pub use delta::{BookingDelta, LeaseLeft, LeasedReservation};
