@@ -1,6 +1,7 @@
 //! `router-node link` as a process: usage errors exit 2 naming the flag, an unreachable NATS
 //! exits 1, and a link in front of an engine that is not up yet waits for it and stops cleanly
-//! at SIGTERM. (The link with real engines: `real_vllm.rs`.)
+//! at SIGTERM, also when its NATS server has gone away. (The link with real engines:
+//! `real_vllm.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -106,4 +107,31 @@ async fn a_link_waits_for_its_engine_and_stops_at_sigterm() {
         "{}",
         stopped.stdout
     );
+}
+
+#[tokio::test]
+async fn a_link_stops_at_sigterm_while_nats_is_down() {
+    let mut nats = NatsServer::start().await.unwrap();
+    let link = LinkSidecar::start(
+        "link",
+        &[
+            "--engine",
+            "vllm",
+            "--url",
+            "http://127.0.0.1:9",
+            "--nats",
+            nats.url(),
+            "--poll-ms",
+            "50",
+        ],
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nats.stop();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let stopped = link.stop();
+    let took = started.elapsed();
+    println!("link stopped {took:?} after SIGTERM, NATS down");
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
