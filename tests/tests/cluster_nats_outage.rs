@@ -3,19 +3,35 @@
 //! through HAProxy without pause; the nats-server is killed for 10 s (longer than the peers'
 //! lease and the workers' lease) and started again on its port. No request fails because of
 //! the outage: replicas keep the workers and peers they knew, `/ready` stays 200 and says the
-//! bus is disconnected; when NATS is back every replica says so again, and every ledger ends
-//! idle.
+//! bus is disconnected; when NATS is back every replica says so again, their ledgers agree
+//! again (the time it takes is printed), and every ledger ends idle.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
 use std::time::Duration;
 use switchyard_system_tests::support::load::{clients, finish};
+use switchyard_system_tests::support::observe::{get_json, router_snapshots};
 use switchyard_system_tests::support::{ClusterBuilder, Role};
 use tokio::time::Instant;
 
 const CLIENTS: usize = 4;
 const OUTAGE: Duration = Duration::from_secs(10);
+
+/// How many bookings each replica's ledger holds (its own and its peers').
+async fn booking_counts(http: &reqwest::Client, urls: &[String]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for url in urls {
+        let state = get_json(http, &format!("{url}/debug/state")).await.unwrap();
+        out.push(
+            router_snapshots(&state)
+                .iter()
+                .map(|r| r["scheduler"]["ledger"]["bookings"].as_u64().unwrap_or(0))
+                .sum(),
+        );
+    }
+    out
+}
 
 async fn ready_bodies(http: &reqwest::Client, urls: &[String]) -> Vec<(u16, Value)> {
     let mut out = Vec::new();
@@ -53,6 +69,9 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         assert_eq!(status, 200, "a replica without NATS stays ready: {body}");
         assert_eq!(body["bus"], "disconnected", "{body}");
     }
+    // Cut off, each replica sees only its own new bookings (and keeps its peers' last ones).
+    let apart = booking_counts(&http, &replica_urls).await;
+    println!("bookings each replica's ledger holds, 3 s into the outage: {apart:?}");
     tokio::time::sleep(OUTAGE - Duration::from_secs(3)).await;
     cluster.nats.restart().await.unwrap();
     let outage_to = Instant::now();
@@ -69,6 +88,22 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         assert!(Instant::now() < deadline, "not reconnected: {bodies:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Resynchronised: every replica's ledger holds the same bookings (give or take the
+    // requests whose deltas are in flight, at most one per client), sampled every 100 ms.
+    let reconnected = Instant::now();
+    let agreed = loop {
+        let counts = booking_counts(&http, &replica_urls).await;
+        let spread = counts.iter().max().unwrap() - counts.iter().min().unwrap();
+        if spread <= CLIENTS as u64 {
+            break reconnected.elapsed();
+        }
+        assert!(
+            reconnected.elapsed() < Duration::from_secs(15),
+            "views still apart: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("ledgers agreed {agreed:?} after every replica said the bus was connected");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let run = finish(stop, load).await;
     let (ok, failed, during) = (
