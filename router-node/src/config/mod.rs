@@ -21,14 +21,17 @@
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, environment,
 //! validation, conversion to the node's `NodeConfig`), `tokenizer.rs` (`[tokenizer]`: its
-//! validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`).
+//! validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`), `security.rs`
+//! (`[bus.auth]`, `[bus.tls]` and `[registry]`).
 
 mod engines;
 mod load;
+mod security;
 mod tokenizer;
 
 pub use engines::{EngineRole, EngineSection};
 pub use load::{ConfigError, ENV_CLUSTER, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT};
+pub use security::{BusAuthSection, BusTlsSection, RegistrySection};
 
 use crate::frontend::{DisaggConvention, TiktokenEncoding};
 use serde::{Deserialize, Serialize};
@@ -48,6 +51,7 @@ pub struct Config {
     pub telemetry: TelemetrySection,
     pub tokenizer: TokenizerSection,
     pub disagg: DisaggSection,
+    pub registry: RegistrySection,
     /// Real engines this node links itself (`[[engines]]`, see `engines.rs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineSection>,
@@ -156,8 +160,13 @@ pub enum BusKind {
 #[serde(deny_unknown_fields, default)]
 pub struct BusSection {
     pub kind: BusKind,
-    /// Used when `kind = "nats"`. May carry credentials: prefer `SWITCHYARD_NATS_URL`.
+    /// Used when `kind = "nats"`. May carry credentials: prefer `SWITCHYARD_NATS_URL`, or
+    /// the files of `[bus.auth]`.
     pub nats_url: String,
+    /// `[bus.auth]`: credentials read from files (`security.rs`).
+    pub auth: BusAuthSection,
+    /// `[bus.tls]`: TLS of the NATS connection (`security.rs`).
+    pub tls: BusTlsSection,
 }
 
 impl Default for BusSection {
@@ -165,6 +174,8 @@ impl Default for BusSection {
         Self {
             kind: BusKind::Nats,
             nats_url: "nats://127.0.0.1:4222".to_owned(),
+            auth: BusAuthSection::default(),
+            tls: BusTlsSection::default(),
         }
     }
 }
