@@ -249,13 +249,28 @@ fn describe_io(path: &Path, e: &std::io::Error) -> String {
 mod tests {
     use super::*;
 
-    fn temp(name: &str, content: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("switchyard-nats-sec-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join(name);
-        std::fs::write(&path, content).expect("write");
-        path
+    /// A scratch directory, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new() -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("switchyard-nats-sec-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            Self(dir)
+        }
+
+        fn file(&self, name: &str, content: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, content).expect("write");
+            path
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     async fn error_of(security: NatsSecurity) -> NatsConnectError {
@@ -310,7 +325,8 @@ mod tests {
 
     #[tokio::test]
     async fn secrets_must_be_what_they_claim_and_not_empty() {
-        let seed = temp("seed", "not a seed\n");
+        let scratch = Scratch::new();
+        let seed = scratch.file("seed", "not a seed\n");
         let text = error_of(NatsSecurity {
             auth: NatsAuth::NkeySeedFile(NamedFile::new("nkey_seed_file", &seed)),
             ..NatsSecurity::default()
@@ -319,7 +335,7 @@ mod tests {
         .to_string();
         assert!(text.contains("not an nkey seed"), "{text}");
 
-        let creds = temp("x.creds", "hello\n");
+        let creds = scratch.file("x.creds", "hello\n");
         let text = error_of(NatsSecurity {
             auth: NatsAuth::CredentialsFile(NamedFile::new("credentials_file", &creds)),
             ..NatsSecurity::default()
@@ -328,7 +344,7 @@ mod tests {
         .to_string();
         assert!(text.contains("not a NATS credentials file"), "{text}");
 
-        let empty = temp("token", "\n");
+        let empty = scratch.file("token", "\n");
         let text = error_of(NatsSecurity {
             auth: NatsAuth::TokenFile(NamedFile::new("token_file", &empty)),
             ..NatsSecurity::default()
@@ -340,7 +356,7 @@ mod tests {
             "{text}"
         );
 
-        let pem = temp("client.pem", "x");
+        let pem = scratch.file("client.pem", "x");
         let text = error_of(NatsSecurity {
             tls: NatsTls {
                 cert: Some(NamedFile::new("bus.tls.cert_file", &pem)),
@@ -355,8 +371,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_valid_seed_and_a_password_file_make_options() {
+        let scratch = Scratch::new();
         let pair = nkeys::KeyPair::new_user();
-        let seed = temp("seed", &format!("{}\n", pair.seed().expect("seed")));
+        let seed = scratch.file("seed", &format!("{}\n", pair.seed().expect("seed")));
         NatsSecurity {
             auth: NatsAuth::NkeySeedFile(NamedFile::new("nkey_seed_file", &seed)),
             ..NatsSecurity::default()
@@ -364,7 +381,7 @@ mod tests {
         .connect_options()
         .await
         .expect("a valid seed is accepted");
-        let password = temp("password", "s3cret\r\n");
+        let password = scratch.file("password", "s3cret\r\n");
         assert_eq!(
             read_secret(&NamedFile::new("p", &password)).await,
             Ok("s3cret".to_owned()),

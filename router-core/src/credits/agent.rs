@@ -8,7 +8,7 @@ use super::{OwnedRankSnapshot, owner_of};
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
 use crate::ids::{ClassId, RankId, RouterId};
-use crate::ledger::BookingLedger;
+use crate::ledger::{BookingLedger, MAX_BOOKED};
 use crate::time::Timestamp;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -36,6 +36,30 @@ pub enum CreditMsg {
     Deny { rank: RankId },
     /// Holder → owner: what it holds (acknowledgement, give-back or periodic report).
     Held(HeldReport),
+}
+
+impl CreditMsg {
+    /// The message with its block counts cut to [`MAX_BOOKED`]: a peer's nonsense (a report
+    /// of `u64::MAX` blocks held) must not overflow the owner's sums.
+    fn clamped(self) -> Self {
+        match self {
+            Self::Ask { rank, class, need } => Self::Ask {
+                rank,
+                class,
+                need: need.min(MAX_BOOKED),
+            },
+            Self::Grant { rank, blocks, seq } => Self::Grant {
+                rank,
+                blocks: blocks.min(MAX_BOOKED),
+                seq,
+            },
+            Self::Held(report) => Self::Held(HeldReport {
+                held: report.held.min(MAX_BOOKED),
+                ..report
+            }),
+            deny @ Self::Deny { .. } => deny,
+        }
+    }
 }
 
 /// A message for one peer.
@@ -275,7 +299,7 @@ impl CreditAgent {
         ledger: &BookingLedger,
         now: Timestamp,
     ) -> Vec<CreditOut> {
-        match msg {
+        match msg.clamped() {
             CreditMsg::Ask { rank, class, need } => {
                 let answer = match self.decide(rank, from, class, need, ledger, now) {
                     GrantDecision::Granted { blocks, seq } => {
