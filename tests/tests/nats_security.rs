@@ -1,6 +1,7 @@
 //! The bus locked down: a real nats-server that requires TLS with client certificates and
 //! authenticates users (a password for the router, an nkey for workers), certificates made at
-//! test time. `router-node serve` with the right `[bus.auth]` / `[bus.tls]` connects and
+//! test time, and the least-privilege subject permissions SECURITY.md recommends.
+//! `router-node serve` with the right `[bus.auth]` / `[bus.tls]` connects and
 //! becomes ready, a simulated worker joins with its own nkey and TLS flags, requests are
 //! served, and a worker announcing an endpoint outside `registry.allowed_endpoints` is refused,
 //! logged and counted. With wrong settings the node exits at once with a message that says
@@ -16,6 +17,13 @@ use switchyard_system_tests::support::observe::{get_text, metric_sum, status_of}
 use switchyard_system_tests::support::{NatsServer, NodeBus, Proc, RouterNode, SimWorker, TempDir};
 
 const CLUSTER: &str = "locked";
+/// SECURITY.md's least privilege, for cluster `locked`: a router uses the cluster's subjects,
+/// its flush round trips and request inboxes; a worker only publishes its announcements, load
+/// and KV events (and its flush round trips).
+const ROUTER_PERMISSIONS: &str = "{ publish: [\"locked.>\", \"_SWITCHYARD_SYNC.>\", \"_INBOX.>\"], \
+     subscribe: [\"locked.>\", \"_SWITCHYARD_SYNC.>\", \"_INBOX.>\"] }";
+const WORKER_PERMISSIONS: &str = "{ publish: [\"locked.workers.*.announce\", \"locked.workers.*.load\", \
+     \"locked.kv.*.events\", \"_SWITCHYARD_SYNC.>\"], subscribe: [\"_SWITCHYARD_SYNC.>\"] }";
 const PASSWORD: &str = "correct-horse-battery";
 /// A failing node must say why within this long (the client's connect timeout is 5 s).
 const FAIL_FAST: Duration = Duration::from_secs(12);
@@ -38,7 +46,8 @@ async fn fixture() -> Fixture {
     let seed = dir.write("worker.nk", &format!("{}\n", worker.seed().expect("seed")));
     let config = format!(
         "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n  timeout: 2\n}}\n\
-         authorization {{\n  users = [\n    {{ user: \"router\", password: \"{PASSWORD}\" }}\n    {{ nkey: \"{}\" }}\n  ]\n}}\n",
+         authorization {{\n  users = [\n    {{ user: \"router\", password: \"{PASSWORD}\", permissions: {ROUTER_PERMISSIONS} }}\n    \
+         {{ nkey: \"{}\", permissions: {WORKER_PERMISSIONS} }}\n  ]\n}}\n",
         path(&pki.server_cert),
         path(&pki.server_key),
         path(&pki.ca),
