@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (README): formatting, lints, then every test of the workspace.
+# The project's test command (README): formatting, lints, every test of the workspace, the
+# dependency policy (deny.toml), then the real-engine suite.
 # Installs what the tests need when it is missing, so it works on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,11 @@ export SWITCHYARD_PYTHON
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+# After the fast suites: the first run installs cargo-deny into .tools (a few minutes, then
+# cached there); advisories only when the RustSec database can be fetched (else a skip line).
+echo "== supply chain: licenses, bans, sources, advisories (scripts/check-deps.sh)"
+./scripts/check-deps.sh
 
 # Heavy suites last, after every fast one passed.
 if [ "${SWITCHYARD_SKIP_REAL_ENGINES:-}" = "1" ]; then

@@ -24,7 +24,7 @@ use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle, kv_events_c
 use crate::liveness::{readiness, watch_alive};
 use crate::peer_sync::{PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, peer_sync_child};
 use crate::registry::{
-    RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared, registry_child,
+    EndpointAllowList, RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared, registry_child,
 };
 use crate::room_bus::{RoomBusCounters, spawn_room_publisher, spawn_room_subscriber};
 use crate::room_view::room_channel;
@@ -81,6 +81,8 @@ pub struct NodeConfig {
     pub delta_queue: usize,
     pub peer_sync: PeerSyncConfig,
     pub registry: RegistryConfig,
+    /// Hosts a worker's announced endpoint may name; empty: any (see `registry/allow.rs`).
+    pub allowed_endpoints: EndpointAllowList,
     pub kv_events: KvEventsConfig,
     pub restart: RestartPolicy,
     /// How long a handle waits for an actor's answer to a call (`observe` and the like;
@@ -119,6 +121,7 @@ impl NodeConfig {
             delta_queue: 100_000,
             peer_sync: PeerSyncConfig::default(),
             registry: RegistryConfig::default(),
+            allowed_endpoints: EndpointAllowList::default(),
             kv_events: KvEventsConfig::default(),
             restart: RestartPolicy::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -302,6 +305,7 @@ impl Node {
             pools: routers.clone(),
             config: config.registry,
             shared: shared.clone(),
+            allowed_endpoints: Arc::new(config.allowed_endpoints.clone()),
         };
         let slot = ActorSlot::empty();
         children.push(registry_child(

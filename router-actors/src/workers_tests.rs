@@ -9,7 +9,9 @@ use crate::bus::Bus;
 use crate::bus::local::LocalBus;
 use crate::clock::Clock;
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle};
-use crate::registry::{RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared};
+use crate::registry::{
+    EndpointAllowList, RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared,
+};
 use crate::router::{RouteError, RouterActor, RouterArgs, RouterHandle};
 use crate::testkit::{Fault, FaultBus};
 use crate::wire::{Envelope, Outbox, Subjects, WIRE_VERSION, WorkerAnnounce, encode};
@@ -67,12 +69,21 @@ async fn spawn_registry(
     bus: &Arc<dyn Bus>,
     pools: Vec<(PoolRole, RouterHandle)>,
 ) -> RegistryHandle {
+    spawn_registry_allowing(bus, pools, EndpointAllowList::default()).await
+}
+
+async fn spawn_registry_allowing(
+    bus: &Arc<dyn Bus>,
+    pools: Vec<(PoolRole, RouterHandle)>,
+    allowed: EndpointAllowList,
+) -> RegistryHandle {
     let args = RegistryArgs {
         bus: bus.clone(),
         subjects: Subjects::new(CLUSTER),
         pools,
         config: RegistryConfig::default(),
         shared: RegistryShared::new(),
+        allowed_endpoints: Arc::new(allowed),
     };
     RegistryHandle::spawn(None, args)
         .await
@@ -592,4 +603,69 @@ async fn a_restarted_worker_process_is_a_new_incarnation() {
         .expect("alive");
     assert_eq!(placed(route(&router, 2, prompt).await), RankId::new(2, 0));
     assert_eq!(kv.observe().await.map(|s| s.counters.events.stored), Ok(1));
+}
+
+/// An announcement naming a host outside the allow-list is refused and counted: the worker
+/// never joins the router, so nothing is routed to it; a known worker that moves to a refused
+/// host keeps its allowed endpoint.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_outside_the_allow_list_is_refused_and_never_routed_to() {
+    let bus = local();
+    let subject = Subjects::new(CLUSTER).announce(PoolRole::Aggregated);
+    let router = spawn_router(PoolRole::Aggregated).await;
+    let allowed = EndpointAllowList::parse(&["10.0.0.0/8", "engine.local"]).expect("valid list");
+    let registry =
+        spawn_registry_allowing(&bus, vec![(PoolRole::Aggregated, router.clone())], allowed).await;
+    let mut good = announce(spec(1, 1, 10_000), PoolRole::Aggregated, 1000);
+    good.endpoint = "http://10.1.2.3:8000".to_owned();
+    let mut evil = announce(spec(2, 1, 10_000), PoolRole::Aggregated, 1000);
+    evil.endpoint = "http://169.254.169.254:80".to_owned();
+    let mut sneaky = announce(spec(3, 1, 10_000), PoolRole::Aggregated, 1000);
+    sneaky.endpoint = "http://10.0.0.1:80@attacker.example".to_owned();
+    let mut outboxes: Vec<Outbox> = (1..=3)
+        .map(|i| Outbox::new(CLUSTER, Uuid::from_u128(100 + i)))
+        .collect();
+    for _ in 0..3 {
+        for (outbox, a) in outboxes.iter_mut().zip([&good, &evil, &sneaky]) {
+            let payload = outbox.seal(&subject, a).expect("encodes");
+            bus.publish(subject.clone(), payload)
+                .await
+                .expect("published");
+        }
+    }
+    settle(&bus).await;
+    assert_eq!(
+        ranks(&router).await,
+        vec![(RankId::new(1, 0), Some(10_000))]
+    );
+    assert_eq!(registry.endpoint(WorkerId(2)), None);
+    assert_eq!(registry.endpoint(WorkerId(3)), None);
+    for id in 1..=20 {
+        assert_eq!(
+            placed(route(&router, id, tokens(id as u32, 4)).await),
+            RankId::new(1, 0)
+        );
+    }
+    let snap = registry.observe().await.expect("alive");
+    assert_eq!(snap.counters.endpoint_refused, 6, "{:?}", snap.counters);
+    assert_eq!(snap.counters.joined, 1);
+
+    // Worker 1 moves to a refused host: refused, and it keeps its allowed endpoint.
+    good.endpoint = "http://192.168.1.1:8000".to_owned();
+    let payload = outboxes[0].seal(&subject, &good).expect("encodes");
+    bus.publish(subject.clone(), payload)
+        .await
+        .expect("published");
+    settle(&bus).await;
+    assert_eq!(
+        registry.endpoint(WorkerId(1)).as_deref(),
+        Some("http://10.1.2.3:8000")
+    );
+    assert_eq!(
+        registry
+            .observe()
+            .await
+            .map(|s| s.counters.endpoint_refused),
+        Ok(7)
+    );
 }

@@ -35,12 +35,19 @@ fn publishes_events() -> bool {
     true
 }
 
+/// The most data-parallel ranks one worker may announce.
+pub const MAX_DP_SIZE: u32 = 1024;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkerSpecError {
     #[error("{worker}: dp_size must be at least 1")]
     NoRanks { worker: WorkerId },
     #[error("{worker}: dp_start + dp_size overflows")]
     RankOverflow { worker: WorkerId },
+    /// More ranks than any engine runs: each rank costs the router memory and gate work, so
+    /// an announcement may not ask for millions of them.
+    #[error("{worker}: dp_size {dp_size} is above {MAX_DP_SIZE}")]
+    TooManyRanks { worker: WorkerId, dp_size: u32 },
     #[error("{worker}: block_size must be at least 1")]
     ZeroBlockSize { worker: WorkerId },
     #[error("{worker}: max_num_batched_tokens must be at least 1")]
@@ -69,6 +76,12 @@ impl WorkerSpec {
         }
         if self.dp_start.checked_add(self.dp_size).is_none() {
             return Err(WorkerSpecError::RankOverflow { worker });
+        }
+        if self.dp_size > MAX_DP_SIZE {
+            return Err(WorkerSpecError::TooManyRanks {
+                worker,
+                dp_size: self.dp_size,
+            });
         }
         if self.block_size == 0 {
             return Err(WorkerSpecError::ZeroBlockSize { worker });

@@ -14,6 +14,9 @@
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
 //! - `worker`: `worker --sim`: router-sim's simulated worker reading bodies with the
 //!   frontend's tokenizer.
+//!
+//! `fuzz_tests.rs` (tests only) holds the property tests of every decoder of this crate that
+//! reads what a client, a worker or a file sends (issue #14 item 5).
 
 pub mod bench;
 pub mod config;
@@ -25,3 +28,6 @@ pub mod report;
 pub mod serve;
 pub mod telemetry;
 pub mod worker;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -54,6 +54,9 @@ pub struct LinkArgs {
     /// NATS server of the routers (nats://host:port).
     #[arg(long, env = "SWITCHYARD_NATS_URL")]
     pub nats: String,
+    /// Credentials and TLS of the NATS connection.
+    #[command(flatten)]
+    pub nats_security: router_sim::NatsSecurityArgs,
     /// Cluster name: the prefix of every bus subject (the routers' node.cluster).
     #[arg(long, default_value = "switchyard", env = "SWITCHYARD_CLUSTER")]
     pub cluster: String,
@@ -162,12 +165,17 @@ async fn serve(args: &LinkArgs, config: EngineLinkConfig) -> Result<(), String> 
     // Logs as `serve` writes them by default (RUST_LOG filters).
     let _telemetry = crate::telemetry::init(&crate::config::TelemetrySection::default())
         .map_err(|e| e.to_string())?;
-    let bus: Arc<dyn Bus> = Arc::new(NatsBus::connect(&args.nats).await.map_err(|e| {
-        format!(
-            "cannot connect to NATS at {}: {e}",
-            crate::serve::redact_url(&args.nats)
-        )
-    })?);
+    let security = args.nats_security.security();
+    let bus: Arc<dyn Bus> = Arc::new(
+        NatsBus::connect_secured(&args.nats, &security)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot connect to NATS at {}: {e}",
+                    crate::serve::redact_url(&args.nats)
+                )
+            })?,
+    );
     let url = config.url.clone();
     let worker = config.worker;
     let kind = config.kind;

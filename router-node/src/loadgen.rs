@@ -156,10 +156,16 @@ struct Details {
     cached_tokens: Option<u64>,
 }
 
+/// Longest SSE line a client keeps while waiting for its end; a longer one marks the stream
+/// as an error and is dropped (an endpoint cannot make the benchmark hold unbounded bytes).
+pub const MAX_SSE_LINE: usize = 16 << 20;
+
 /// Reads SSE events as they arrive, across chunk borders.
 #[derive(Debug, Default)]
 pub struct SseReader {
     partial: Vec<u8>,
+    /// Inside a line longer than [`MAX_SSE_LINE`]: skip to its end.
+    skipping: bool,
     pub done: bool,
     pub error: bool,
     pub content_chunks: u64,
@@ -171,44 +177,65 @@ pub struct SseReader {
 impl SseReader {
     /// Feeds bytes; returns how many content chunks completed in them.
     pub fn feed(&mut self, bytes: &[u8]) -> u64 {
-        self.partial.extend_from_slice(bytes);
         let mut content = 0;
-        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let Ok(line) = std::str::from_utf8(&line) else {
-                continue;
-            };
-            let Some(data) = line.trim_end().strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim_start();
-            if data == "[DONE]" {
-                self.done = true;
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let (line, after) = rest.split_at(end + 1);
+            rest = after;
+            if std::mem::take(&mut self.skipping) {
                 continue;
             }
-            let Ok(event) = serde_json::from_str::<Event>(data) else {
-                continue;
+            let line = if self.partial.is_empty() {
+                std::borrow::Cow::Borrowed(line)
+            } else {
+                self.partial.extend_from_slice(line);
+                std::borrow::Cow::Owned(std::mem::take(&mut self.partial))
             };
-            if event.error.is_some_and(|e| !e.is_null()) {
+            content += u64::from(self.event(&line));
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > MAX_SSE_LINE {
+                self.partial = Vec::new();
+                self.skipping = true;
                 self.error = true;
-            }
-            let has_text = event.choices.first().is_some_and(|c| {
-                let delta = c.delta.as_ref().and_then(|d| d.content.as_deref());
-                c.text.as_deref().or(delta).is_some_and(|t| !t.is_empty())
-            });
-            if has_text {
-                content += 1;
-            }
-            if let Some(usage) = event.usage {
-                self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
-                self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
-                if let Some(n) = usage.prompt_tokens_details.and_then(|d| d.cached_tokens) {
-                    self.cached_tokens = Some(n);
-                }
             }
         }
         self.content_chunks += content;
         content
+    }
+
+    /// Reads one line; true when it was a content chunk.
+    fn event(&mut self, line: &[u8]) -> bool {
+        let Ok(line) = std::str::from_utf8(line) else {
+            return false;
+        };
+        let Some(data) = line.trim_end().strip_prefix("data:") else {
+            return false;
+        };
+        let data = data.trim_start();
+        if data == "[DONE]" {
+            self.done = true;
+            return false;
+        }
+        let Ok(event) = serde_json::from_str::<Event>(data) else {
+            return false;
+        };
+        if event.error.is_some_and(|e| !e.is_null()) {
+            self.error = true;
+        }
+        let has_text = event.choices.first().is_some_and(|c| {
+            let delta = c.delta.as_ref().and_then(|d| d.content.as_deref());
+            c.text.as_deref().or(delta).is_some_and(|t| !t.is_empty())
+        });
+        if let Some(usage) = event.usage {
+            self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
+            self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
+            if let Some(n) = usage.prompt_tokens_details.and_then(|d| d.cached_tokens) {
+                self.cached_tokens = Some(n);
+            }
+        }
+        has_text
     }
 }
 

@@ -21,6 +21,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use router_actors::bus::nats::NatsBus;
+use router_actors::bus::nats_security::NatsConnectError;
 use router_actors::bus::{Bus, local::LocalBus};
 use router_actors::supervisor::ActorSlot;
 use router_actors::{Node, NodeError, RegistryHandle};
@@ -41,8 +42,12 @@ pub enum ServeError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
-    #[error("bus.nats_url: cannot connect to NATS: {0}")]
+    /// `<redacted url>: <why>`.
+    #[error("bus.nats_url: cannot connect to NATS at {0}")]
     Bus(String),
+    /// A `[bus.auth]` / `[bus.tls]` file that cannot be used (the message names its key).
+    #[error("{0}")]
+    BusSettings(String),
     #[error("http.listen {addr}: cannot bind: {source}")]
     Bind {
         addr: String,
@@ -64,7 +69,9 @@ impl ServeError {
     /// 2 for a configuration the node cannot use, 1 for a failure while running.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            ServeError::Config(_) | ServeError::Telemetry(_) => ExitCode::from(2),
+            ServeError::Config(_) | ServeError::Telemetry(_) | ServeError::BusSettings(_) => {
+                ExitCode::from(2)
+            }
             _ => ExitCode::from(1),
         }
     }
@@ -96,10 +103,20 @@ pub async fn connect_bus(config: &Config) -> Result<Arc<dyn Bus>, ServeError> {
     match config.bus.kind {
         BusKind::InProcess => Ok(Arc::new(LocalBus::new())),
         BusKind::Nats => {
-            let bus = NatsBus::connect(&config.bus.nats_url).await.map_err(|e| {
-                let url = &config.bus.nats_url;
-                ServeError::Bus(e.to_string().replace(url, &redact_url(url)))
-            })?;
+            let url = &config.bus.nats_url;
+            let bus = NatsBus::connect_secured(url, &config.bus.security())
+                .await
+                .map_err(|e| match e {
+                    NatsConnectError::File { .. } | NatsConnectError::Settings(_) => {
+                        ServeError::BusSettings(e.to_string())
+                    }
+                    // "authentication failed: ..." / "TLS failed: ..." / the client's message.
+                    _ => ServeError::Bus(format!(
+                        "{}: {}",
+                        redact_url(url),
+                        e.to_string().replace(url, &redact_url(url))
+                    )),
+                })?;
             Ok(Arc::new(bus))
         }
     }
@@ -107,14 +124,7 @@ pub async fn connect_bus(config: &Config) -> Result<Arc<dyn Bus>, ServeError> {
 
 /// `url` with any user info (`user:password@`) replaced by `***@`.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
+    router_actors::bus::nats_security::redact_url(url)
 }
 
 /// Runs one node on `bus`, serving on `listener`, until `shutdown` resolves; then drains
@@ -128,6 +138,13 @@ pub async fn serve_with_bus(
     let profile = config.policy_profile()?;
     let prompter = config.prompter()?;
     let mut node_config = config.node_config(profile.clone());
+    node_config.allowed_endpoints = config.registry.allow_list()?;
+    if node_config.allowed_endpoints.is_empty() && config.bus.kind == BusKind::Nats {
+        tracing::warn!(
+            "registry.allowed_endpoints is empty: any client of the bus may announce a worker \
+             endpoint and receive prompts; list your workers' hosts or networks (SECURITY.md)"
+        );
+    }
     let router_id = node_config.router_id;
     let engines = engine_links(&config, &bus, &mut node_config);
     let node = Node::start(node_config, bus).await?;

@@ -1,6 +1,6 @@
 //! The bus: publish, subscribe and request/reply over subjects, with two implementations
-//! held to the same contract: NATS (`nats.rs`, for clusters) and in-process (`local.rs`, for
-//! the embedded default and unit tests). Actors see typed messages from `crate::wire`, never
+//! held to the same contract: NATS (`nats.rs`, for clusters; its credentials and TLS in
+//! `nats_security.rs`) and in-process (`local.rs`, for the embedded default and unit tests). Actors see typed messages from `crate::wire`, never
 //! raw bus messages.
 //!
 //! The contract both implementations keep, checked against both by
@@ -34,6 +34,7 @@
 
 pub mod local;
 pub mod nats;
+pub mod nats_security;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;

@@ -23,7 +23,10 @@
 //!   refused with [`BusError::Transport`].
 //! - Anything the client or the connection reports otherwise becomes [`BusError::Transport`]
 //!   with its message.
+//! - [`NatsBus::connect_secured`] connects with credentials and TLS (`nats_security.rs`);
+//!   [`NatsBus::connect`] is the same without either.
 
+use super::nats_security::{NatsConnectError, NatsSecurity};
 use super::{Bus, BusError, BusMessage, Subscription, valid_subject};
 use async_nats::client::{FlushError, PublishError, RequestErrorKind, SubscribeError};
 use bytes::Bytes;
@@ -52,6 +55,16 @@ impl NatsBus {
             .await
             .map(Self::from_client)
             .map_err(|e| BusError::Transport(format!("connect to {url}: {e}")))
+    }
+
+    /// Connects to `url` with `security`'s credentials and TLS settings. One attempt, as
+    /// [`NatsBus::connect`]; a refused authentication or a failed TLS handshake is its own
+    /// error, so the caller can say which. The error does not include `url`.
+    pub async fn connect_secured(
+        url: &str,
+        security: &NatsSecurity,
+    ) -> Result<Self, NatsConnectError> {
+        security.connect(url).await.map(Self::from_client)
     }
 
     /// Wraps a client that is already connected.

@@ -15,7 +15,10 @@
 //!   incarnation): it is removed and added again, so its stale index entries go.
 //! - Refused and counted, never applied: undecodable payloads (by kind), announcements naming
 //!   a pool this node does not serve or another pool than their subject's, invalid specs,
-//!   stale (reordered or duplicated) announcements.
+//!   stale (reordered or duplicated) announcements, and endpoints outside the node's
+//!   allow-list (`allow.rs`; logged as a warning naming the worker and the endpoint, once per
+//!   worker and endpoint). A known worker whose new endpoint is refused keeps its old one
+//!   until its lease runs out.
 //!
 //! The frontend reads worker endpoints without a message: the actor publishes a
 //! [`Directory`] through an `ArcSwap` whenever the set of workers or an endpoint changes, and
@@ -27,11 +30,13 @@
 //!
 //! Files: `mod.rs` (config, args, messages, counters, the actor), `state.rs` (the worker
 //! table, leases, announcements and expiry), `handle.rs` (the directory, what survives a
-//! restart, the typed handle and the supervisor child).
+//! restart, the typed handle and the supervisor child), `allow.rs` (the endpoint allow-list).
 
+mod allow;
 mod handle;
 mod state;
 
+pub use allow::{AllowListError, EndpointAllowList, EndpointRefused};
 pub use handle::{Directory, RegistryHandle, RegistryShared, registry_child};
 pub use state::RegistryState;
 
@@ -83,6 +88,8 @@ pub struct RegistryArgs {
     pub pools: Vec<(PoolRole, RouterHandle)>,
     pub config: RegistryConfig,
     pub shared: RegistryShared,
+    /// Hosts a worker's endpoint may name (empty: any).
+    pub allowed_endpoints: Arc<EndpointAllowList>,
 }
 
 impl std::fmt::Debug for RegistryArgs {
@@ -139,6 +146,8 @@ pub struct RegistryCounters {
     pub invalid_spec: u64,
     /// Older than the last announcement of the same sender (reordered or duplicated).
     pub stale: u64,
+    /// The endpoint is not in the allow-list (or not a plain http(s) URL).
+    pub endpoint_refused: u64,
     /// Leases outside the configured range, clamped.
     pub lease_clamped: u64,
     /// Upserts or removals that could not reach a router (it was gone).
@@ -251,6 +260,8 @@ impl Actor for WorkerRegistryActor {
             forwarders: OwnedTasks::new(forwarders),
             counters: RegistryCounters::default(),
             bus: Arc::clone(&args.bus),
+            allowed_endpoints: args.allowed_endpoints,
+            warned: std::collections::HashSet::new(),
         };
         state.after_change(&myself);
         Ok(state)

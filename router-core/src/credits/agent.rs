@@ -305,7 +305,7 @@ impl CreditAgent {
         ledger: &BookingLedger,
         now: Timestamp,
     ) -> Vec<CreditOut> {
-        match msg {
+        match msg.clamped() {
             CreditMsg::Ask {
                 rank,
                 class,

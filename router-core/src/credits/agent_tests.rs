@@ -262,3 +262,111 @@ fn a_replica_that_dies_holding_credits_frees_them_at_its_owners() {
     }
     assert_eq!(admitted, 2);
 }
+
+mod input {
+    //! Whatever a peer sends on the credits subject (decoded: any ranks, classes and
+    //! numbers, `u64::MAX` included), an agent never panics and its ledger stays usable.
+
+    use super::*;
+    use crate::ids::RankId;
+    use crate::ledger::MAX_BOOKED;
+    use proptest::prelude::*;
+
+    fn number() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            3 => 0u64..3000,
+            1 => Just(u64::MAX),
+            1 => Just(MAX_BOOKED),
+            1 => any::<u64>(),
+        ]
+    }
+
+    fn msg() -> impl Strategy<Value = CreditMsg> {
+        let rank = (0u64..4, 0u32..2).prop_map(|(w, dp)| RankId {
+            worker: crate::ids::WorkerId(w),
+            dp_rank: dp,
+        });
+        let kind = prop_oneof![Just(CreditKind::Decode), Just(CreditKind::Prefill)];
+        prop_oneof![
+            (rank.clone(), 0u16..3, number(), kind.clone()).prop_map(
+                |(rank, class, need, kind)| CreditMsg::Ask {
+                    rank,
+                    class: ClassId(class),
+                    need,
+                    kind,
+                }
+            ),
+            (rank.clone(), number(), number(), kind.clone()).prop_map(
+                |(rank, blocks, seq, kind)| CreditMsg::Grant {
+                    rank,
+                    blocks,
+                    seq,
+                    kind,
+                }
+            ),
+            (rank.clone(), kind.clone()).prop_map(|(rank, kind)| CreditMsg::Deny { rank, kind }),
+            (rank, number(), number(), number(), kind).prop_map(|(rank, held, seen, seq, kind)| {
+                CreditMsg::Held(crate::credits::HeldReport {
+                    rank,
+                    kind,
+                    held,
+                    seen_grant_seq: seen,
+                    report_seq: seq,
+                })
+            }),
+        ]
+    }
+
+    /// Found by the property below: two holders reporting `u64::MAX` and 1 blocks held on
+    /// one rank overflowed the owner's sum of outstanding credits.
+    #[test]
+    fn reports_of_u64_max_blocks_held_are_clamped() {
+        let (mut replicas, _) = fleet();
+        let r = &mut replicas[0];
+        let rank = RankId {
+            worker: crate::ids::WorkerId(2),
+            dp_rank: 0,
+        };
+        for (from, held) in [(2, u64::MAX), (3, 1)] {
+            let report = crate::credits::HeldReport {
+                rank,
+                kind: CreditKind::Decode,
+                held,
+                seen_grant_seq: 0,
+                report_seq: 1,
+            };
+            let from = RouterId(uuid::Uuid::from_u128(from));
+            let _ = r.agent.receive(
+                from,
+                CreditMsg::Held(report),
+                &r.ledger,
+                Timestamp::from_millis(10),
+            );
+        }
+        let _ = r.agent.snapshot(Timestamp::from_millis(10));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_credit_message_from_a_peer_is_survived(
+            msgs in prop::collection::vec((2u128..4, msg(), 0u64..50), 1..40)
+        ) {
+            let (mut replicas, _) = fleet();
+            let r = &mut replicas[0];
+            for (i, (from, msg, step)) in msgs.into_iter().enumerate() {
+                let now = Timestamp::from_millis(10 + i as u64 * step);
+                let from = RouterId(uuid::Uuid::from_u128(from));
+                let _ = r.agent.receive(from, msg, &r.ledger, now);
+                for (rank, held) in r.agent.take_held_changes() {
+                    r.ledger.set_credit_held(rank, held);
+                }
+                let _ = r.agent.reconcile(&r.ledger);
+                let _ = r.agent.tick(now);
+            }
+            let _ = r.agent.snapshot(Timestamp::from_millis(10_000));
+            let _ = r.ledger.snapshot();
+        }
+    }
+}

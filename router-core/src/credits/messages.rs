@@ -4,6 +4,7 @@
 
 use super::{CreditKind, HeldRankSnapshot, HeldReport, OwnedRankSnapshot};
 use crate::ids::{ClassId, RankId, RouterId};
+use crate::ledger::MAX_BOOKED;
 use serde::{Deserialize, Serialize};
 
 /// What replicas say to each other about credits (the body of the credits subject).
@@ -35,6 +36,42 @@ pub enum CreditMsg {
     },
     /// Holder → owner: what it holds (acknowledgement, give-back or periodic report).
     Held(HeldReport),
+}
+
+impl CreditMsg {
+    /// The message with its amounts cut to [`MAX_BOOKED`]: a peer's nonsense (a report of
+    /// `u64::MAX` blocks held) must not overflow the owner's sums.
+    pub(super) fn clamped(self) -> Self {
+        match self {
+            Self::Ask {
+                rank,
+                class,
+                need,
+                kind,
+            } => Self::Ask {
+                rank,
+                class,
+                need: need.min(MAX_BOOKED),
+                kind,
+            },
+            Self::Grant {
+                rank,
+                blocks,
+                seq,
+                kind,
+            } => Self::Grant {
+                rank,
+                blocks: blocks.min(MAX_BOOKED),
+                seq,
+                kind,
+            },
+            Self::Held(report) => Self::Held(HeldReport {
+                held: report.held.min(MAX_BOOKED),
+                ..report
+            }),
+            deny @ Self::Deny { .. } => deny,
+        }
+    }
 }
 
 /// A message for one peer.

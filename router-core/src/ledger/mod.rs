@@ -7,6 +7,10 @@
 //! hold room for a request whose decode leg has not booked yet; booking the same key
 //! converts the reservation. `room_epoch` rises whenever decode room may have grown, which
 //! is what `RoomChanged` carries.
+//!
+//! A booking's prompt tokens and private blocks, and a reservation's blocks, are clamped to
+//! [`MAX_BOOKED`] when they are taken (and counted as `clamped`): a peer's delta may carry any
+//! `u64`, and the per-rank sums must never overflow. What is released is what was taken.
 
 mod credits;
 mod delta;
@@ -42,6 +46,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use tree::MaxTree;
 use workers::WorkerEntry;
+
+/// The most prompt tokens, private blocks or reserved blocks one booking or reservation may
+/// put on a rank (2^32: far above any engine's context or KV, far below where the per-rank
+/// sums of `u64` could overflow).
+pub const MAX_BOOKED: u64 = 1 << 32;
 
 /// What a booking puts on a rank.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,7 +232,12 @@ impl BookingLedger {
     }
 
     /// Books a request on a rank. A reservation under the same key becomes this booking.
-    pub fn book(&mut self, key: BookingKey, booking: Booking) -> BookResult {
+    pub fn book(&mut self, key: BookingKey, mut booking: Booking) -> BookResult {
+        if booking.prefill_tokens > MAX_BOOKED || booking.extra_blocks > MAX_BOOKED {
+            self.counters.clamped += 1;
+            booking.prefill_tokens = booking.prefill_tokens.min(MAX_BOOKED);
+            booking.extra_blocks = booking.extra_blocks.min(MAX_BOOKED);
+        }
         if self.bookings.contains_key(&key) {
             self.counters.duplicate_books += 1;
             return BookResult::AlreadyBooked;
@@ -302,7 +316,11 @@ impl BookingLedger {
 
     /// Holds `blocks` of decode room on a rank until the decode leg books (converting it),
     /// the request fails (`unreserve`) or the lease runs out (`expire_reservations`).
-    pub fn reserve(&mut self, key: BookingKey, reservation: Reservation) -> ReserveResult {
+    pub fn reserve(&mut self, key: BookingKey, mut reservation: Reservation) -> ReserveResult {
+        if reservation.blocks > MAX_BOOKED {
+            self.counters.clamped += 1;
+            reservation.blocks = MAX_BOOKED;
+        }
         let seen = self.applied_seq.entry(key.owner).or_insert(0);
         *seen = (*seen).max(reservation.seq);
         self.epoch += 1;

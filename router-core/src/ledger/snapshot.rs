@@ -12,6 +12,8 @@ pub struct LedgerCounters {
     /// A booking or reservation on a rank the pool does not know: ignored.
     pub unknown_rank: u64,
     pub expired_reservations: u64,
+    /// Bookings or reservations whose numbers were cut to `MAX_BOOKED` (a peer's nonsense).
+    pub clamped: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

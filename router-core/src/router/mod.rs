@@ -8,6 +8,8 @@ mod peer;
 mod request;
 
 #[cfg(test)]
+mod input_fuzz;
+#[cfg(test)]
 mod tests;
 
 pub use peer::{Applied, Holdings};

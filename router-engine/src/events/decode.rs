@@ -22,8 +22,12 @@ use std::fmt;
 #[error("undecodable KV event batch: {0}")]
 pub struct DecodeError(pub String);
 
-/// Decodes one msgpack payload.
+/// Decodes one msgpack payload. Its shape is checked first (`router_actors::wire::check_shape`:
+/// nesting, lengths within the payload), so a payload nested thousands deep or claiming
+/// gigabytes is refused before serde recurses or allocates.
 pub fn decode_batch(payload: &[u8]) -> Result<EngineBatch, DecodeError> {
+    router_actors::wire::check_shape(payload, router_actors::wire::MAX_DEPTH)
+        .map_err(|e| DecodeError(e.to_string()))?;
     rmp_serde::from_slice::<BatchDe>(payload)
         .map(|b| b.0)
         .map_err(|e| DecodeError(e.to_string()))

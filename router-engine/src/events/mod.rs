@@ -9,6 +9,8 @@
 //! sequence numbers to spot a lost batch or a restarted engine (`sequence.rs`).
 
 mod decode;
+#[cfg(test)]
+mod fuzz;
 mod sequence;
 mod translate;
 

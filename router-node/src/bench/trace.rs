@@ -5,8 +5,9 @@
 //!
 //! [`prompt_tokens`] turns a record into token ids: block `h` at position `j` is always the
 //! same token (a hash of `(h, j)`), so equal hash ids give equal token runs and the prefix
-//! sharing of the trace survives. The prompt is cut to `input_length`; when the hash ids
-//! cover fewer tokens, the rest are private to the line (a hash of the line number).
+//! sharing of the trace survives. The prompt is cut to `input_length` (at most
+//! [`MAX_INPUT_LENGTH`], or the line is refused); when the hash ids cover fewer tokens, the
+//! rest are private to the line (a hash of the line number).
 //!
 //! [`read_text`] reads a trace file, gunzipping it on the way when it is gzip (the project
 //! ships `traces/conversation_trace.jsonl.gz`).
@@ -24,6 +25,10 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// Token ids are drawn below this (inside every common vocabulary).
 const VOCAB: u64 = 100_000;
+
+/// The longest prompt a record may ask for (2 Mi tokens, beyond any model's context): a line
+/// claiming `u64::MAX` tokens would otherwise make the replay build a prompt without end.
+pub const MAX_INPUT_LENGTH: u64 = 1 << 21;
 
 /// One request of the trace. All four fields are required (a misspelt `hash_ids` must not
 /// quietly mean "no shared prefix"); fields beyond them are ignored (trace variants add some).
@@ -64,6 +69,15 @@ impl Trace {
                 return Err(BenchError::Trace {
                     line: i + 1,
                     message: "input_length must be at least 1".to_owned(),
+                });
+            }
+            if record.input_length > MAX_INPUT_LENGTH {
+                return Err(BenchError::Trace {
+                    line: i + 1,
+                    message: format!(
+                        "input_length must be at most {MAX_INPUT_LENGTH}, got {}",
+                        record.input_length
+                    ),
                 });
             }
             records.push((i + 1, record));
@@ -174,6 +188,8 @@ mod tests {
             "{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}",
             "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}",
             "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hashids\": [1]}",
+            // A line claiming 2^64 - 1 tokens made the replay build its prompt without end.
+            "{\"timestamp\": 0, \"input_length\": 18446744073709551615, \"output_length\": 1, \"hash_ids\": [1]}",
         ] {
             let text = format!("{good}\n{good}\n{bad}\n{good}\n");
             let err = Trace::parse(&text, None).err().map(|e| e.to_string());

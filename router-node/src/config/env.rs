@@ -7,9 +7,11 @@
 //!   never ignored). Other `SWITCHYARD_*` variables (`SWITCHYARD_CONFIG`, the tests' own) are
 //!   not config keys and are left alone.
 //! - An empty value counts as unset.
-//! - Values are text, read as the key's type: `8192`, `true`, `0.5`, `disaggregated`. The one
-//!   list, `http.models`, takes comma-separated names. `[[engines]]` (a list of tables) is set
-//!   in the file only.
+//! - Values are text, read as the key's type: `8192`, `true`, `0.5`, `disaggregated`. The
+//!   lists, `http.models` and `registry.allowed_endpoints`, take comma-separated names.
+//!   `[[engines]]` (a list of tables) is set in the file only.
+//! - The tables inside a section, `[bus.auth]` and `[bus.tls]`, add one more level:
+//!   `SWITCHYARD_BUS__TLS__CA_FILE` sets `[bus.tls] ca_file`.
 //! - A relative path from the environment (`SWITCHYARD_POLICY__PATH`) is relative to the
 //!   working directory, not to the config file.
 //! - Four older names stay as aliases ([`ENV_ALIASES`]); the rule's name wins when both are set.
@@ -48,6 +50,9 @@ pub const ENV_ALIASES: [(&str, &str); 4] = [
 
 /// The variable of the rule that sets a dotted key: `http.body_limit_bytes` →
 /// `SWITCHYARD_HTTP__BODY_LIMIT_BYTES`.
+/// Tables inside a section: their keys have three parts.
+const NESTED: [&str; 2] = ["bus.auth", "bus.tls"];
+
 pub fn env_var(key: &str) -> String {
     format!(
         "{ENV_PREFIX}{}",
@@ -89,7 +94,12 @@ impl Overrides {
             }
             let key = rest.to_ascii_lowercase().replace(ENV_SEPARATOR, ".");
             let segments: Vec<&str> = key.split('.').collect();
-            if segments.len() != 2 || segments.iter().any(|s| s.is_empty()) {
+            let depth = if NESTED.iter().any(|n| key.starts_with(&format!("{n}."))) {
+                3
+            } else {
+                2
+            };
+            if segments.len() != depth || segments.iter().any(|s| s.is_empty()) {
                 return Err(ConfigError::Env {
                     var,
                     key,

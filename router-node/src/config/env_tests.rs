@@ -256,23 +256,73 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
     t.chat_template = Some("c.jinja".into());
     t.bos_token = Some("<s>".into());
     t.eos_token = Some("</s>".into());
+    let auth = &mut config.bus.auth;
+    auth.credentials_file = Some("n.creds".into());
+    auth.nkey_seed_file = Some("n.nk".into());
+    auth.user = Some("u".into());
+    auth.password_file = Some("p".into());
+    auth.token_file = Some("t".into());
+    let tls = &mut config.bus.tls;
+    tls.ca_file = Some("ca.pem".into());
+    tls.cert_file = Some("c.pem".into());
+    tls.key_file = Some("k.pem".into());
     let table: toml::Table = toml::from_str(&config.to_toml().unwrap()).unwrap();
     let mut keys = 0;
+    let mut leaves = Vec::new();
     for (section, value) in &table {
         let toml::Value::Table(entries) = value else {
             panic!("{section} is not a section");
         };
-        for key in entries.keys() {
-            let var = env_var(&format!("{section}.{key}"));
-            assert!(
-                page.contains(&format!("| `{section}.{key}` | `{var}` |")),
-                "docs/configuration.md has no row for {section}.{key} ({var})"
-            );
-            keys += 1;
+        for (key, value) in entries {
+            match value {
+                // A table inside the section (`[bus.auth]`): one level more.
+                toml::Value::Table(inner) => {
+                    leaves.extend(inner.keys().map(|k| format!("{section}.{key}.{k}")));
+                }
+                _ => leaves.push(format!("{section}.{key}")),
+            }
         }
     }
+    for key in &leaves {
+        let var = env_var(key);
+        assert!(
+            page.contains(&format!("| `{key}` | `{var}` |")),
+            "docs/configuration.md has no row for {key} ({var})"
+        );
+        keys += 1;
+    }
     assert_eq!(
-        keys, 40,
+        keys, 50,
         "a key was added or removed: update the page and this count"
     );
+}
+
+#[test]
+fn the_tables_inside_bus_take_one_more_level_and_the_allow_list_takes_commas() {
+    let config = load(
+        None,
+        &[
+            ("SWITCHYARD_BUS__TLS__REQUIRED", "true"),
+            ("SWITCHYARD_BUS__TLS__CA_FILE", "/etc/nats/ca.pem"),
+            (
+                "SWITCHYARD_REGISTRY__ALLOWED_ENDPOINTS",
+                "10.0.0.0/8, *.engines.internal",
+            ),
+        ],
+    )
+    .unwrap();
+    assert!(config.bus.tls.required);
+    assert_eq!(
+        config.bus.tls.ca_file.as_deref(),
+        Some(Path::new("/etc/nats/ca.pem"))
+    );
+    assert_eq!(
+        config.registry.allowed_endpoints,
+        ["10.0.0.0/8", "*.engines.internal"]
+    );
+    // A key of a nested table needs its three parts.
+    let err = load(None, &[("SWITCHYARD_BUS__TLS__CA", "x")]).unwrap_err();
+    assert!(err.to_string().contains("SWITCHYARD_BUS__TLS__CA"), "{err}");
+    let err = load(None, &[("SWITCHYARD_BUS__AUTH__USER__NAME", "x")]).unwrap_err();
+    assert!(err.to_string().contains("is not a config key"), "{err}");
 }

@@ -132,12 +132,14 @@ impl Config {
         Ok(config)
     }
 
-    /// A relative `policy.path`, `tokenizer.path`, `tokenizer.chat_template` or
-    /// `tokenizer.model_dir` is relative to the directory of the config file.
+    /// A relative `policy.path`, `tokenizer.path`, `tokenizer.chat_template`,
+    /// `tokenizer.model_dir` or `[bus.auth]` / `[bus.tls]` file is relative to the directory
+    /// of the config file.
     fn resolve_relative_paths(&mut self, config_file: &Path) {
         let Some(dir) = config_file.parent() else {
             return;
         };
+        self.bus.resolve_relative_paths(dir);
         for path in [
             &mut self.policy.path,
             &mut self.tokenizer.path,
@@ -244,6 +246,8 @@ impl Config {
                 ),
             ));
         }
+        self.bus.validate_security()?;
+        self.registry.allow_list()?;
         self.selection_config().validate().map_err(|e| {
             // router-core's message already starts with `selection.<field>`.
             let text = e.to_string();

@@ -19,11 +19,13 @@
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, validation,
 //! conversion to the node's `NodeConfig`), `env.rs` (the environment layer), `tokenizer.rs`
-//! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`).
+//! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`),
+//! `security.rs` (`[bus.auth]`, `[bus.tls]` and `[registry]`).
 
 mod engines;
 mod env;
 mod load;
+mod security;
 mod tokenizer;
 
 pub use engines::{EngineRole, EngineSection};
@@ -32,6 +34,7 @@ pub use env::{
     ENV_PREFIX, ENV_SEPARATOR, env_var,
 };
 pub use load::ConfigError;
+pub use security::{BusAuthSection, BusTlsSection, RegistrySection};
 
 use crate::frontend::{DisaggConvention, TiktokenEncoding};
 use serde::{Deserialize, Serialize};
@@ -51,6 +54,7 @@ pub struct Config {
     pub telemetry: TelemetrySection,
     pub tokenizer: TokenizerSection,
     pub disagg: DisaggSection,
+    pub registry: RegistrySection,
     /// Real engines this node links itself (`[[engines]]`, see `engines.rs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineSection>,
@@ -161,8 +165,13 @@ pub enum BusKind {
 #[serde(deny_unknown_fields, default)]
 pub struct BusSection {
     pub kind: BusKind,
-    /// Used when `kind = "nats"`. May carry credentials: prefer `SWITCHYARD_NATS_URL`.
+    /// Used when `kind = "nats"`. May carry credentials: prefer `SWITCHYARD_NATS_URL`, or
+    /// the files of `[bus.auth]`.
     pub nats_url: String,
+    /// `[bus.auth]`: credentials read from files (`security.rs`).
+    pub auth: BusAuthSection,
+    /// `[bus.tls]`: TLS of the NATS connection (`security.rs`).
+    pub tls: BusTlsSection,
 }
 
 impl Default for BusSection {
@@ -170,6 +179,8 @@ impl Default for BusSection {
         Self {
             kind: BusKind::Nats,
             nats_url: "nats://127.0.0.1:4222".to_owned(),
+            auth: BusAuthSection::default(),
+            tls: BusTlsSection::default(),
         }
     }
 }
@@ -354,7 +365,9 @@ impl Default for TelemetrySection {
 
 /// A list of names, or one string of comma-separated names (how an environment variable
 /// gives a list); blanks around a name are dropped.
-fn names<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+pub(super) fn names<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<String>, D::Error> {
     struct Names;
     impl<'de> serde::de::Visitor<'de> for Names {
         type Value = Vec<String>;

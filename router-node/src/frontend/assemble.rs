@@ -1,7 +1,8 @@
 //! A non-streaming client's answer: the worker's SSE chunks assembled into one OpenAI
 //! response body (the text deltas of all chunks concatenated into one choice; `id`, `model`,
 //! `created`, the last `finish_reason` and `usage` kept when the worker sent them). Chunks
-//! are read into a typed view of only the fields kept.
+//! are read into a typed view of only the fields kept, by [`SseAssembler`] (pure, bounded,
+//! fuzzed in `router-node/src/fuzz_tests.rs`).
 
 use super::error::{ApiError, Stage};
 use super::openai::Endpoint;
@@ -21,15 +22,7 @@ pub(super) async fn assemble(
     limit: usize,
     worker: WorkerId,
 ) -> Result<Value, ApiError> {
-    let too_big = || {
-        ApiError::upstream(
-            Stage::Upstream,
-            "upstream_too_large",
-            format!("{worker}: the answer is larger than {limit} bytes"),
-        )
-    };
-    let mut acc = Assembled::default();
-    let mut pending: Vec<u8> = Vec::new();
+    let mut reader = SseAssembler::new(endpoint, limit, worker);
     let mut next = first;
     loop {
         let chunk = match next.take() {
@@ -40,21 +33,82 @@ pub(super) async fn assemble(
                 None => break,
             },
         };
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            if acc.line(endpoint, &line, worker)? {
-                return Ok(acc.finish(endpoint));
+        if reader.feed(&chunk)? {
+            break;
+        }
+    }
+    reader.finish()
+}
+
+/// The worker's SSE bytes, fed as they arrive, read line by line into one body. Pure: the
+/// fuzz tests feed it arbitrary bytes cut anywhere. Each byte is scanned for a line end once;
+/// a line longer than `limit` (without its end yet) or assembled text longer than `limit` is
+/// `upstream_too_large`, so what it holds stays under `limit` plus one chunk.
+pub(crate) struct SseAssembler {
+    endpoint: Endpoint,
+    limit: usize,
+    worker: WorkerId,
+    acc: Assembled,
+    /// The start of a line whose end has not arrived yet.
+    pending: Vec<u8>,
+    done: bool,
+}
+
+impl SseAssembler {
+    pub(crate) fn new(endpoint: Endpoint, limit: usize, worker: WorkerId) -> Self {
+        Self {
+            endpoint,
+            limit,
+            worker,
+            acc: Assembled::default(),
+            pending: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Reads `chunk`; true once `data: [DONE]` was read (later bytes are not read).
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Result<bool, ApiError> {
+        if self.done {
+            return Ok(true);
+        }
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let (line, after) = rest.split_at(end + 1);
+            rest = after;
+            let done = if self.pending.is_empty() {
+                self.acc.line(self.endpoint, line, self.worker)?
+            } else {
+                self.pending.extend_from_slice(line);
+                let line = std::mem::take(&mut self.pending);
+                self.acc.line(self.endpoint, &line, self.worker)?
+            };
+            if done {
+                self.done = true;
+                return Ok(true);
             }
         }
-        if pending.len() > limit || acc.text.len() > limit {
-            return Err(too_big());
+        self.pending.extend_from_slice(rest);
+        if self.pending.len() > self.limit || self.acc.text.len() > self.limit {
+            return Err(ApiError::upstream(
+                Stage::Upstream,
+                "upstream_too_large",
+                format!(
+                    "{}: the answer is larger than {} bytes",
+                    self.worker, self.limit
+                ),
+            ));
         }
+        Ok(false)
     }
-    if !pending.is_empty() {
-        acc.line(endpoint, &pending, worker)?;
+
+    /// The assembled body (a last line without its end is read too).
+    pub(crate) fn finish(mut self) -> Result<Value, ApiError> {
+        if !self.done && !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.acc.line(self.endpoint, &line, self.worker)?;
+        }
+        Ok(self.acc.finish(self.endpoint))
     }
-    Ok(acc.finish(endpoint))
 }
 
 /// One streamed chunk, as much of it as the assembled body uses (`null` reads as absent).

@@ -40,6 +40,8 @@ mod split;
 mod tokenizer;
 
 pub use crate::metrics::Metrics;
+#[cfg(test)]
+pub(crate) use assemble::SseAssembler;
 pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use classify::{ClassifierCounts, RuleCounts};
 pub use disagg::DisaggConvention;

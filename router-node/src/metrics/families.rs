@@ -137,6 +137,7 @@ pub(super) struct NodeFamilies {
     pub snapshots_applied: Counters,
     pub expired_peers: Counters,
     pub decode_errors: Counters,
+    pub registry_refused: Counters,
 }
 
 impl NodeFamilies {
@@ -306,6 +307,11 @@ impl NodeFamilies {
             "wire_decode_errors",
             "Bus payloads refused at decoding, by component and kind",
             self.decode_errors.clone(),
+        );
+        r.register(
+            "registry_announcements_refused",
+            "Worker announcements refused by the registry, by reason (endpoint_not_allowed, invalid_spec, unserved_pool, pool_mismatch, stale)",
+            self.registry_refused.clone(),
         );
     }
 }

@@ -68,7 +68,10 @@
 //!   `denial_received`, `local_grant`, `grant_given`, `denial_given`),
 //!   `switchyard_wire_decode_errors_total{component,kind}` (`component`: `peer_sync`,
 //!   `kv_events`, `registry`, `room`; `kind`: `malformed`, `unknown_version`,
-//!   `foreign_cluster`; summed over pools).
+//!   `foreign_cluster`; summed over pools),
+//!   `switchyard_registry_announcements_refused_total{reason}` (`endpoint_not_allowed`: the
+//!   endpoint is outside `registry.allowed_endpoints`; `invalid_spec`, `unserved_pool`,
+//!   `pool_mismatch`, `stale`).
 //!
 //! Every label is bounded: pools and kinds are fixed sets, classes come from the profile,
 //! `worker`/`dp_rank` are the registered workers' ranks. No request ids.

@@ -237,6 +237,18 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
             }
         }
     }
+    let c = &snapshot.counters;
+    for (reason, value) in [
+        ("endpoint_not_allowed", c.endpoint_refused),
+        ("invalid_spec", c.invalid_spec),
+        ("unserved_pool", c.unserved_pool),
+        ("pool_mismatch", c.pool_mismatch),
+        ("stale", c.stale),
+    ] {
+        f.registry_refused
+            .get_or_create(&labels([("reason", reason)]))
+            .inc_by(value);
+    }
     let e = &snapshot.edge;
     decode_errors(
         f,

@@ -52,6 +52,9 @@ pub struct SimArgs {
     /// NATS server to announce on and publish KV events and load to (nats://host:port).
     #[arg(long, conflicts_with = "standalone")]
     pub nats: Option<String>,
+    /// Credentials and TLS of the NATS connection.
+    #[command(flatten)]
+    pub nats_security: crate::NatsSecurityArgs,
     /// Run without NATS (routers in other processes cannot see this worker): for curl tests.
     #[arg(long)]
     pub standalone: bool,
@@ -181,7 +184,16 @@ async fn serve(args: &SimArgs, prompts: Arc<dyn PromptReader>) -> Result<(), Str
         ..args.config()
     };
     let bus: Arc<dyn Bus> = match &args.nats {
-        Some(url) => Arc::new(NatsBus::connect(url).await.map_err(|e| e.to_string())?),
+        Some(url) => Arc::new(
+            NatsBus::connect_secured(url, &args.nats_security.security())
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot connect to NATS at {}: {e}",
+                        router_actors::bus::nats_security::redact_url(url)
+                    )
+                })?,
+        ),
         None => Arc::new(LocalBus::new()),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -22,6 +22,7 @@
 //! a test never runs old code unnoticed after `cargo build`, and `cargo test --workspace`
 //! rebuilds the binary before any test runs.
 
+pub mod certs;
 pub mod cluster;
 pub mod haproxy;
 pub mod load;
