@@ -18,11 +18,11 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::frontend::CLASS_HEADER;
+use crate::sse::SseReader;
 
 /// How one streamed request went, as the client saw it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -117,132 +117,4 @@ pub async fn send_streaming(
     out.completion_tokens = sse.completion_tokens;
     out.cached_tokens = sse.cached_tokens;
     Outcome::Admitted(out)
-}
-
-/// The fields of an SSE event the clients read.
-#[derive(Debug, Default, Deserialize)]
-struct Event {
-    #[serde(default)]
-    choices: Vec<Choice>,
-    #[serde(default)]
-    usage: Option<Usage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Choice {
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    delta: Option<Delta>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Usage {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    prompt_tokens_details: Option<Details>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Details {
-    cached_tokens: Option<u64>,
-}
-
-/// Reads SSE events as they arrive, across chunk borders.
-#[derive(Debug, Default)]
-pub struct SseReader {
-    partial: Vec<u8>,
-    pub done: bool,
-    pub error: bool,
-    pub content_chunks: u64,
-    pub prompt_tokens: Option<u64>,
-    pub completion_tokens: Option<u64>,
-    pub cached_tokens: Option<u64>,
-}
-
-impl SseReader {
-    /// Feeds bytes; returns how many content chunks completed in them.
-    pub fn feed(&mut self, bytes: &[u8]) -> u64 {
-        self.partial.extend_from_slice(bytes);
-        let mut content = 0;
-        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let Ok(line) = std::str::from_utf8(&line) else {
-                continue;
-            };
-            let Some(data) = line.trim_end().strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim_start();
-            if data == "[DONE]" {
-                self.done = true;
-                continue;
-            }
-            let Ok(event) = serde_json::from_str::<Event>(data) else {
-                continue;
-            };
-            if event.error.is_some_and(|e| !e.is_null()) {
-                self.error = true;
-            }
-            let has_text = event.choices.first().is_some_and(|c| {
-                let delta = c.delta.as_ref().and_then(|d| d.content.as_deref());
-                c.text.as_deref().or(delta).is_some_and(|t| !t.is_empty())
-            });
-            if has_text {
-                content += 1;
-            }
-            if let Some(usage) = event.usage {
-                self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
-                self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
-                if let Some(n) = usage.prompt_tokens_details.and_then(|d| d.cached_tokens) {
-                    self.cached_tokens = Some(n);
-                }
-            }
-        }
-        self.content_chunks += content;
-        content
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_reader_counts_content_and_finds_done_usage_and_errors_across_chunk_borders() {
-        let mut r = SseReader::default();
-        assert_eq!(
-            r.feed(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"te"),
-            1
-        );
-        assert_eq!(
-            r.feed(b"xt\":\"b\"}]}\n\ndata: {\"choices\":[{\"text\":\"\"}],\"usa"),
-            1
-        );
-        r.feed(b"ge\":{\"prompt_tokens\":12,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n");
-        r.feed(b"data: [DO");
-        assert!(!r.done);
-        r.feed(b"NE]\n\n");
-        assert!(r.done && !r.error);
-        assert_eq!(
-            (r.content_chunks, r.prompt_tokens, r.cached_tokens),
-            (2, Some(12), Some(8))
-        );
-        let mut chat = SseReader::default();
-        assert_eq!(
-            chat.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"),
-            1
-        );
-        let mut broken = SseReader::default();
-        broken.feed(b"data: {\"error\":{\"reason\":\"upstream_broken\"}}\n\n");
-        assert!(broken.error && !broken.done);
-    }
 }

@@ -1,12 +1,14 @@
 //! One scrape's node state written into its metric families, one small function per kind
 //! of actor: routers (queues, ledgers, admission counters, peer-sync lag), peer-sync actors,
-//! KV-events actors, the worker registry and the room bus. Every label is bounded: pools and
-//! kinds are fixed sets, classes come from the profile, `worker`/`dp_rank` are registered
-//! workers' ranks.
+//! KV-events actors, the worker registry and the room bus. The peer-sync lag comes as the
+//! router's own bucket counts and is rendered as a histogram (`CountedHistogram`). Every
+//! label is bounded: pools and kinds are fixed sets, classes come from the profile,
+//! `worker`/`dp_rank` are registered workers' ranks.
 
 use super::families::{Labels, NodeFamilies};
 use super::scrape::{NodeScrape, RoomCounts, pool_label};
 use router_actors::kv_events::KvEventsSnapshot;
+use router_actors::lag::LAG_BUCKETS_US;
 use router_actors::peer_sync::PeerSyncSnapshot;
 use router_actors::registry::RegistrySnapshot;
 use router_actors::router::RouterSnapshot;
@@ -101,14 +103,14 @@ fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &Router
         .get_or_create(&labels([("pool", pool)]))
         .inc_by(stats.room_queries);
     let peer_lag = &snapshot.peer_lag_us;
-    for (quantile, us) in [("0.5", peer_lag.p50_us), ("0.99", peer_lag.p99_us)] {
-        f.lag
-            .get_or_create(&labels([("pool", pool), ("quantile", quantile)]))
-            .set(us_to_secs(us));
-    }
-    f.lag_samples
-        .get_or_create(&labels([("pool", pool)]))
-        .inc_by(peer_lag.count);
+    f.lag.get_or_create(&labels([("pool", pool)])).set(
+        us_to_secs(peer_lag.sum_us),
+        peer_lag.count,
+        LAG_BUCKETS_US
+            .iter()
+            .zip(peer_lag.buckets)
+            .map(|(&bound, n)| (us_to_secs(bound), n)),
+    );
     if let Some(credits) = &snapshot.credits {
         room_credits(f, credits);
     }
