@@ -1,7 +1,8 @@
 //! What the whole-system tests share: the `router-node` binary, scratch directories, one-shot
 //! runs of the binary, and long-running processes ([`process`]): a nats-server, router nodes
 //! and simulated workers, each on a port it picks itself; HAProxy ([`haproxy`]); the cluster
-//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]).
+//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]);
+//! Arize Phoenix, a real trace backend ([`phoenix`]).
 //!
 //! # Which `router-node` binary
 //!
@@ -26,11 +27,13 @@ pub mod cluster;
 pub mod haproxy;
 pub mod load;
 pub mod observe;
+pub mod phoenix;
 pub mod process;
 pub mod vllm;
 
 pub use cluster::{Cluster, ClusterBuilder, ClusterWorker, Role};
 pub use haproxy::{Haproxy, HaproxyConfig};
+pub use phoenix::Phoenix;
 pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, SimWorker, Stopped};
 pub use router_actors::testkit::NatsServer;
 pub use vllm::VllmEngine;
@@ -43,13 +46,23 @@ use std::time::SystemTime;
 /// Overrides where the `router-node` binary is.
 pub const BIN_ENV: &str = "SWITCHYARD_ROUTER_NODE_BIN";
 
-/// Environment variables a node reads; removed from every child so the caller's shell
-/// cannot change a test.
-pub const NODE_ENV: [&str; 4] = [
+/// Environment variables a node (or a worker) reads; removed from every child so the
+/// caller's shell cannot change a test (a test sets them on a child explicitly).
+pub const NODE_ENV: &[&str] = &[
     "SWITCHYARD_CLUSTER",
     "SWITCHYARD_HTTP_LISTEN",
     "SWITCHYARD_NATS_URL",
     "SWITCHYARD_OTLP_ENDPOINT",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
 ];
 
 /// The `router-node` binary under test (see the module doc). Panics with the fix when there
@@ -70,7 +83,7 @@ pub fn workspace_root() -> PathBuf {
 /// A `router-node` command with the node's environment variables removed.
 pub fn router_node() -> Command {
     let mut command = Command::new(router_node_bin());
-    for var in NODE_ENV {
+    for var in NODE_ENV.iter().copied() {
         command.env_remove(var);
     }
     command
