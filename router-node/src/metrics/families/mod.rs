@@ -168,6 +168,62 @@ mod tests {
         }
     }
 
+    /// The families registered in this folder's sources (the string after each
+    /// `.register(`), without the `switchyard_` prefix and the counters' `_total`.
+    fn declared() -> std::collections::BTreeSet<String> {
+        let sources = [include_str!("frontend.rs"), include_str!("node.rs")];
+        sources
+            .iter()
+            .flat_map(|source| source.split(".register(").skip(1))
+            .filter_map(|call| {
+                let rest = call.trim_start().strip_prefix('"')?;
+                Some(rest[..rest.find('"')?].to_owned())
+            })
+            .collect()
+    }
+
+    /// The rows of `docs/metrics.md`: (name without prefix and `_total`, type).
+    fn documented() -> Vec<(String, String)> {
+        include_str!("../../../../docs/metrics.md")
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let name = cells
+                    .get(1)?
+                    .strip_prefix("`switchyard_")?
+                    .strip_suffix('`')?;
+                let kind = (*cells.get(2)?).to_owned();
+                let base = match kind.as_str() {
+                    "counter" => name.strip_suffix("_total")?,
+                    _ => name,
+                };
+                Some((base.to_owned(), kind))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn docs_metrics_md_lists_every_declared_family_and_nothing_else() {
+        let documented = documented();
+        let names: std::collections::BTreeSet<String> =
+            documented.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names.len(), documented.len(), "a row twice: {documented:?}");
+        let declared = declared();
+        assert!(declared.len() >= 50, "the parse found {declared:?}");
+        let missing: Vec<_> = declared.difference(&names).collect();
+        let extra: Vec<_> = names.difference(&declared).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "docs/metrics.md lacks {missing:?} and lists {extra:?}, which the code does not declare"
+        );
+        for (name, kind) in &documented {
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind.as_str()),
+                "{name}: type {kind:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_build_info_names_this_build() {
         let info = BuildInfo::current();
