@@ -86,6 +86,7 @@ struct DemoArgs {
 
 /// The node's configuration file. Environment overrides: SWITCHYARD_CLUSTER,
 /// SWITCHYARD_HTTP_LISTEN, SWITCHYARD_NATS_URL, SWITCHYARD_OTLP_ENDPOINT.
+/// Traces: the standard OTEL_* variables (docs/observability.md).
 #[derive(Debug, Args)]
 struct ConfigArgs {
     /// A TOML file; absent: the defaults (and the environment).

@@ -7,6 +7,9 @@
 //! - [`sim_config`]: a [`SimConfig`] reading bodies with the frontend's default prompter
 //!   (tiktoken `o200k_base`, plain chat rendering); [`prompts`] for another prompter.
 //! - `Prompter` implements [`PromptReader`]: the frontend's 400s become the worker's.
+//! - Telemetry: warnings on stderr, and spans exported as the standard `OTEL_*` variables
+//!   say (`crate::telemetry`); each request's `worker.generate` span is a child of the
+//!   caller's `traceparent` (router-sim's `SimConfig::trace_parent`, set by [`sim_config`]).
 
 use crate::frontend::{Endpoint, Prompter};
 use clap::Args;
