@@ -33,16 +33,18 @@ pub struct Phoenix {
 
 impl Phoenix {
     /// The `phoenix` executable: `$PHOENIX_BIN`, else `.tools/phoenix/bin/phoenix`, installed
-    /// by `scripts/install-phoenix.sh` when missing. `Err` says why there is none (no Python,
-    /// no package registry): the caller skips, saying so.
+    /// by `scripts/install-phoenix.sh` when missing. `Err` says why the install failed (no
+    /// Python, no package registry): the caller skips, saying so. A `$PHOENIX_BIN` that is
+    /// not a file is a mistake of the caller's: it panics.
     pub fn binary() -> Result<PathBuf, String> {
         if let Some(path) = std::env::var_os(PHOENIX_ENV) {
             let path = PathBuf::from(path);
-            return if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!("{PHOENIX_ENV}={} is not a file", path.display()))
-            };
+            assert!(
+                path.is_file(),
+                "{PHOENIX_ENV}={} is not a file",
+                path.display()
+            );
+            return Ok(path);
         }
         let root = workspace_root();
         let bin = root.join(".tools/phoenix/bin/phoenix");
