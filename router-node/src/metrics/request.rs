@@ -1,8 +1,9 @@
 //! One OpenAI request's operator metrics, recorded as the frontend relays its answer:
-//! `time_to_first_token_seconds` (from the request's arrival to the first relayed content
-//! chunk), `inter_token_latency_seconds` (the gaps between content chunks as they come
-//! from the worker; chunks read together are 0 apart), `request_duration_seconds` by
-//! outcome, and the `prompt` / `cached` / `output` token counters.
+//! `time_to_first_token_seconds` (from the request's arrival to the first content chunk read
+//! from the worker, which a streaming client gets at once), `inter_token_latency_seconds`
+//! (the gaps between content chunks as they come from the worker; chunks read together are
+//! 0 apart), `request_duration_seconds` by outcome, and the `prompt` / `cached` / `output`
+//! token counters.
 //!
 //! Tokens come from the worker's `usage` when its stream carries one (vLLM and the
 //! simulated worker do when asked with `stream_options.include_usage`, which the frontend

@@ -117,12 +117,12 @@ impl HttpFamilies {
     fn register_requests(&self, r: &mut Registry) {
         r.register(
             "time_to_first_token_seconds",
-            "Time from receiving a request to relaying its first generated text, by policy class",
+            "Time from receiving a request to reading its first generated text from the worker, by policy class",
             self.ttft.clone(),
         );
         r.register(
             "inter_token_latency_seconds",
-            "Gaps between consecutive relayed chunks of generated text, by policy class",
+            "Gaps between consecutive chunks of generated text read from the worker, by policy class",
             self.itl.clone(),
         );
         r.register(
