@@ -47,6 +47,12 @@ echo "== supply chain: licenses, bans, sources, advisories (scripts/check-deps.s
 ./scripts/check-deps.sh
 
 # Heavy suites last, after every fast one passed.
+if [ "${SWITCHYARD_SKIP_TRACE_BACKEND:-}" = "1" ]; then
+  echo "== traces in a real backend: skipped (SWITCHYARD_SKIP_TRACE_BACKEND=1)"
+else
+  echo "== traces in a real backend (scripts/test-traces.sh)"
+  ./scripts/test-traces.sh
+fi
 if [ "${SWITCHYARD_SKIP_REAL_ENGINES:-}" = "1" ]; then
   echo "== real engines: skipped (SWITCHYARD_SKIP_REAL_ENGINES=1)"
 else

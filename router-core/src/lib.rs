@@ -22,7 +22,7 @@ pub mod worker;
 
 pub use admission::{
     Admission, AdmissionRequest, DecodeReservation, DecodeRoomView, Outcome, Phase, PoolRole,
-    RejectReason, RoomWant, Scheduler, SchedulerConfig,
+    PrefixHit, RejectReason, RoomWant, Scheduler, SchedulerConfig,
 };
 pub use eligibility::Eligibility;
 pub use hashing::{LocalBlockHash, SequenceHash};

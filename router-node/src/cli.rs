@@ -86,6 +86,7 @@ struct DemoArgs {
 
 /// The node's configuration file. Every key can be overridden from the environment:
 /// SWITCHYARD_<SECTION>__<KEY>, e.g. SWITCHYARD_HTTP__BODY_LIMIT_BYTES (docs/configuration.md).
+/// Traces: the standard OTEL_* variables (docs/observability.md).
 #[derive(Debug, Args)]
 struct ConfigArgs {
     /// A TOML file; absent: the defaults (and the environment).

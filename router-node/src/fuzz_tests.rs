@@ -8,7 +8,7 @@
 use crate::bench::trace::{MAX_INPUT_LENGTH, Trace, prompt_tokens};
 use crate::config::Config;
 use crate::frontend::{ChatTemplate, Endpoint, ParsedRequest, PromptInput, Prompter, SseAssembler};
-use crate::loadgen::{MAX_SSE_LINE, SseReader};
+use crate::sse::{MAX_SSE_LINE, SseReader};
 use proptest::prelude::*;
 use router_core::{PolicyFormat, PolicyProfile, WorkerId};
 use serde_json::{Value, json};

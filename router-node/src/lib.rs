@@ -11,6 +11,8 @@
 //!   the scrape-time reading of the node's actors.
 //! - `report`: latency percentiles and the per-class table of the bench and demo reports.
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
+//! - `sse`: reading an OpenAI SSE stream (content chunks, usage) for the proxy's metrics and
+//!   the load generators.
 //! - `telemetry`: logs (text or JSON) and OTLP traces, W3C trace-context propagation.
 //! - `worker`: `worker --sim`: router-sim's simulated worker reading bodies with the
 //!   frontend's tokenizer.
@@ -26,6 +28,7 @@ pub mod loadgen;
 pub mod metrics;
 pub mod report;
 pub mod serve;
+pub mod sse;
 pub mod telemetry;
 pub mod worker;
 

@@ -7,10 +7,14 @@
 //! - [`sim_config`]: a [`SimConfig`] reading bodies with the frontend's default prompter
 //!   (tiktoken `o200k_base`, plain chat rendering); [`prompts`] for another prompter.
 //! - `Prompter` implements [`PromptReader`]: the frontend's 400s become the worker's.
+//! - Telemetry: warnings on stderr, and spans exported as the standard `OTEL_*` variables
+//!   say (`crate::telemetry`); each request's `worker.generate` span is a child of the
+//!   caller's `traceparent` (router-sim's `SimConfig::trace_parent`, set by [`sim_config`]).
 
 use crate::frontend::{Endpoint, Prompter};
 use clap::Args;
 use futures::future::BoxFuture;
+use router_sim::worker::cmd::Hooks;
 use router_sim::worker::{BadRequest, PromptReader, PromptRequest, Route, SimConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +33,9 @@ pub struct WorkerArgs {
 }
 
 /// Runs `router-node worker` until Ctrl-C or SIGTERM (exit codes: router-sim's `cmd`).
+/// Warnings go to stderr; spans are exported when the standard
+/// `OTEL_*` variables (or `SWITCHYARD_OTLP_ENDPOINT`) name an OTLP endpoint, each request's
+/// `worker.generate` span a child of the caller's `traceparent`.
 pub fn run(args: &WorkerArgs) -> ExitCode {
     let load = || -> Result<Arc<dyn PromptReader>, String> {
         let prompter = match &args.tokenizer_config {
@@ -39,7 +46,19 @@ pub fn run(args: &WorkerArgs) -> ExitCode {
         };
         Ok(prompts(prompter))
     };
-    router_sim::worker::cmd::run(&args.sim, &load)
+    let telemetry = || -> Result<Box<dyn std::any::Any + Send>, String> {
+        let section = crate::config::TelemetrySection {
+            log_filter: "warn".to_owned(),
+            ..crate::config::TelemetrySection::default()
+        };
+        let guard = crate::telemetry::init(&section).map_err(|e| e.to_string())?;
+        Ok(Box::new(guard))
+    };
+    let hooks = Hooks {
+        telemetry: Some(&telemetry),
+        trace_parent: Some(crate::telemetry::propagation::set_remote_parent),
+    };
+    router_sim::worker::cmd::run_with(&args.sim, &load, &hooks)
 }
 
 /// `prompter` as a simulated worker's body reader.
@@ -47,10 +66,12 @@ pub fn prompts(prompter: Prompter) -> Arc<dyn PromptReader> {
     Arc::new(prompter)
 }
 
-/// The default simulated worker, reading bodies like a default router node's frontend.
+/// The default simulated worker, reading bodies like a default router node's frontend and
+/// parenting its request spans on the caller's `traceparent`.
 pub fn sim_config() -> SimConfig {
     SimConfig {
         prompts: prompts(Prompter::default()),
+        trace_parent: Some(crate::telemetry::propagation::set_remote_parent),
         ..SimConfig::default()
     }
 }

@@ -208,8 +208,8 @@ async fn metrics_show_the_node_behind_a_request() {
     for series in [
         r#"switchyard_registered_workers{pool="aggregated"}"#,
         r#"switchyard_room_queries_total{pool="aggregated"}"#,
-        r#"switchyard_peer_sync_lag_seconds{pool="aggregated",quantile="0.5"}"#,
-        r#"switchyard_peer_sync_lag_seconds{pool="aggregated",quantile="0.99"}"#,
+        r#"switchyard_peer_sync_lag_seconds_count{pool="aggregated"}"#,
+        r#"switchyard_peer_sync_lag_seconds_bucket{le="+Inf",pool="aggregated"}"#,
         r#"switchyard_peer_sync_gaps_total{pool="aggregated"}"#,
         r#"switchyard_peer_sync_snapshots_applied_total{pool="aggregated"}"#,
         r#"switchyard_peer_sync_expired_peers_total{pool="aggregated"}"#,
@@ -232,6 +232,25 @@ async fn metrics_show_the_node_behind_a_request() {
         let series = format!(r#"switchyard_scrape_errors_total{{component="{component}"}}"#);
         assert_eq!(value(&text, &series), Some(0.0), "{series}:\n{text}");
     }
+    // The peer-sync lag is a histogram (no gauge with a `quantile` label).
+    assert!(
+        text.contains("# TYPE switchyard_peer_sync_lag_seconds histogram"),
+        "{text}"
+    );
+    assert!(!text.contains("quantile="), "{text}");
+    // What a user would check after one streamed request: its TTFT and duration observed,
+    // its output tokens counted (five chunks, no usage asked for), the worker's leg counted.
+    let class = r#"{class="default"}"#;
+    let ttft = format!("switchyard_time_to_first_token_seconds_count{class}");
+    assert_eq!(value(&text, &ttft), Some(1.0), "{text}");
+    let itl = format!("switchyard_inter_token_latency_seconds_count{class}");
+    assert_eq!(value(&text, &itl), Some(4.0), "{text}");
+    let ok = r#"switchyard_request_duration_seconds_count{class="default",outcome="ok"}"#;
+    assert_eq!(value(&text, ok), Some(1.0), "{text}");
+    let output = format!("switchyard_output_tokens_total{class}");
+    assert_eq!(value(&text, &output), Some(5.0), "{text}");
+    let leg = r#"switchyard_upstream_requests_total{pool="aggregated",worker="1"}"#;
+    assert_eq!(value(&text, leg), Some(1.0), "{text}");
     // One exposition: a single EOF, at the end.
     assert_eq!(text.matches("# EOF").count(), 1);
     assert!(text.trim_end().ends_with("# EOF"));

@@ -4,7 +4,7 @@
 
 use super::gate::GatePass;
 use super::request::{
-    Admission, AdmissionRequest, DecodeReservation, Outcome, Phase, RejectReason,
+    Admission, AdmissionRequest, DecodeReservation, Outcome, Phase, PrefixHit, RejectReason,
 };
 use super::room::DecodeRoomView;
 use super::{PoolRole, Scheduler};
@@ -154,6 +154,7 @@ impl Scheduler {
             waited,
             admitted_upstream: false,
             decode_reservation,
+            prefix: self.prefix_hit(&request, rank),
         })
     }
 
@@ -181,7 +182,25 @@ impl Scheduler {
             waited: Duration::ZERO,
             admitted_upstream: true,
             decode_reservation: None,
+            prefix: self.prefix_hit(&request, rank),
         })
+    }
+
+    /// The prefix of `request` that `rank` holds (its overlap entry), in blocks and tokens
+    /// (blocks of the rank's announced size).
+    fn prefix_hit(&self, request: &AdmissionRequest, rank: RankId) -> PrefixHit {
+        let matched_blocks = request
+            .overlap
+            .iter()
+            .find(|(r, _)| *r == rank)
+            .map_or(0, |(_, depth)| *depth);
+        let block_size = self.ledger.worker(rank.worker).map_or(0, |w| w.block_size);
+        PrefixHit {
+            prompt_blocks: u32::try_from(request.block_hashes.len()).unwrap_or(u32::MAX),
+            matched_blocks,
+            cached_tokens: (u64::from(matched_blocks) * u64::from(block_size))
+                .min(request.prompt_tokens),
+        }
     }
 
     /// What the request puts on its rank, by pool and phase.

@@ -22,7 +22,9 @@ mod select;
 #[cfg(test)]
 mod tests;
 
-pub use request::{Admission, AdmissionRequest, DecodeReservation, Outcome, Phase, RejectReason};
+pub use request::{
+    Admission, AdmissionRequest, DecodeReservation, Outcome, Phase, PrefixHit, RejectReason,
+};
 pub use room::DecodeRoomView;
 
 use crate::ids::{BookingKey, RequestId, RouterId};

@@ -101,6 +101,20 @@ pub struct Admission {
     /// A staged decode leg booked without class wait.
     pub admitted_upstream: bool,
     pub decode_reservation: Option<DecodeReservation>,
+    /// The prefix reuse found for it (metrics and spans).
+    pub prefix: PrefixHit,
+}
+
+/// How much of an admitted request's prompt the chosen rank already holds, by the KV
+/// prefix index (events, or the approximate index) at placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PrefixHit {
+    /// Full prompt blocks (one chained hash each).
+    pub prompt_blocks: u32,
+    /// Of them, the leading blocks the chosen rank holds.
+    pub matched_blocks: u32,
+    /// `matched_blocks` in tokens, at most the prompt's tokens.
+    pub cached_tokens: u64,
 }
 
 /// Why a request was refused. Each variant is its own metric label.

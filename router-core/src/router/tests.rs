@@ -1,7 +1,7 @@
 //! The pool router end to end: tokens in, a placement that follows the cached prefix out.
 
 use super::*;
-use crate::admission::{Phase, PoolRole, RejectReason};
+use crate::admission::{Phase, PoolRole, PrefixHit, RejectReason};
 use crate::hashing::{local_block_hashes, token_sequence_hashes};
 use crate::ids::{ClassId, RankId, RouterId};
 use crate::index::{ExternalHash, KvEventData, StoredBlock};
@@ -76,6 +76,38 @@ fn a_request_follows_its_cached_prefix() {
     assert_eq!(out.admitted().map(|a| a.rank), Some(RankId::new(3, 0)));
     let load = r.ledger().rank_snapshot(RankId::new(3, 0)).expect("rank");
     assert_eq!(load.decode_blocks, 16, "256 tokens are 16 blocks of 16");
+}
+
+#[test]
+fn an_admission_says_how_much_of_its_prompt_the_chosen_rank_holds() {
+    let mut r = router(PrefixMode::Events);
+    let cached = tokens(1, 160);
+    r.apply_kv_event(&stored(3, &cached, None));
+    // The 160 cached tokens (10 blocks), then 100 more: 16 full blocks and 4 tokens over.
+    let mut prompt = cached.clone();
+    prompt.extend(tokens(2, 100));
+    let out = route(&mut r, 1, prompt, None);
+    let a = out.admitted().expect("admitted");
+    assert_eq!(a.rank, RankId::new(3, 0));
+    assert_eq!(
+        a.prefix,
+        PrefixHit {
+            prompt_blocks: 16,
+            matched_blocks: 10,
+            cached_tokens: 160,
+        }
+    );
+    // Nothing cached anywhere: no hit.
+    let out = route(&mut r, 2, tokens(9, 40), None);
+    let a = out.admitted().expect("admitted");
+    assert_eq!(
+        (
+            a.prefix.prompt_blocks,
+            a.prefix.matched_blocks,
+            a.prefix.cached_tokens
+        ),
+        (2, 0, 0)
+    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ use router_actors::wire::{Subjects, WorkerAnnounce, WorkerLoad};
 use router_actors::worker_link::WorkerLink;
 use router_core::{KvEvent, WorkerSpec};
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 /// How many timed-out health checks weigh as one refused one.
 const SLOW_MISSES: u32 = 5;
@@ -346,12 +347,29 @@ impl LinkState {
     }
 
     /// Batches `from ..= to` fetched from the engine's replay service and translated, in
-    /// order; `Err` when there is no replay service or it does not have them all.
+    /// order; `Err` when there is no replay service or it does not have them all. The fetch
+    /// is an `engine_link.replay` span (exported when the process exports traces).
     async fn replayed(&mut self, from: u64, to: u64) -> Result<Vec<KvEvent>, ()> {
         let Some(endpoint) = self.config.replay.clone() else {
             return Err(());
         };
-        match replay(&endpoint, from, to, self.config.replay_timeout).await {
+        let span = tracing::info_span!(
+            "engine_link.replay",
+            otel.kind = "client",
+            engine = %self.config.url,
+            from,
+            to,
+            batches = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let fetched = replay(&endpoint, from, to, self.config.replay_timeout)
+            .instrument(span.clone())
+            .await;
+        match &fetched {
+            Ok(missed) => span.record("batches", missed.len()),
+            Err(e) => span.record("error", tracing::field::display(e)),
+        };
+        match fetched {
             Ok(missed) => {
                 self.counters.replayed += missed.len() as u64;
                 Ok(missed

@@ -1,7 +1,8 @@
 //! Admission through a router actor, shared by the aggregated path and both legs of the
 //! disaggregated one: the route call of a request under the class the frontend resolved,
-//! its `router.admission` span, the admission metrics, and the failure as the client's
-//! [`ApiError`].
+//! its `router.admission` span (class, pool, phase, outcome, reject reason, queue wait, the
+//! chosen worker and rank, matched and prompt blocks), the admission and prefix-hit
+//! metrics, and the failure as the client's [`ApiError`].
 
 use super::AppState;
 use super::error::ApiError;
@@ -45,23 +46,38 @@ pub(super) async fn admit(
 ) -> Result<Admission, ApiError> {
     let gate = !matches!(route.phase, Phase::Decode { staged: true });
     let started = tokio::time::Instant::now();
+    let pool = pool_label(route.phase);
     let span = tracing::info_span!(
         "router.admission",
         class = class.name.as_str(),
+        pool,
         phase = phase_label(route.phase),
         outcome = tracing::field::Empty,
         reason = tracing::field::Empty,
+        queue_wait_ms = tracing::field::Empty,
+        worker = tracing::field::Empty,
+        dp_rank = tracing::field::Empty,
+        matched_blocks = tracing::field::Empty,
+        prompt_blocks = tracing::field::Empty,
     );
     let routed = router.route(route).instrument(span.clone()).await;
     match routed {
         Ok(admission) => {
+            let prefix = admission.prefix;
             span.record("outcome", "admitted");
+            span.record("queue_wait_ms", admission.waited.as_secs_f64() * 1e3);
+            span.record("worker", admission.rank.worker.0);
+            span.record("dp_rank", admission.rank.dp_rank);
+            span.record("matched_blocks", prefix.matched_blocks);
+            span.record("prompt_blocks", prefix.prompt_blocks);
             drop(tracing::info_span!(
                 parent: &span,
                 "router.selection",
                 worker = admission.rank.worker.0,
                 dp_rank = admission.rank.dp_rank,
+                matched_blocks = prefix.matched_blocks,
             ));
+            state.metrics.prefix_hit(pool, prefix);
             if gate {
                 state
                     .metrics
@@ -89,6 +105,15 @@ fn outcome_label(error: &RouteError) -> &'static str {
         RouteError::Rejected { .. } => "rejected",
         RouteError::UnknownClass(_) => "unknown_class",
         RouteError::Unavailable => "router_gone",
+    }
+}
+
+/// The `pool` label of the pool a phase is routed on.
+pub(super) fn pool_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Aggregated => "aggregated",
+        Phase::Prefill => "prefill",
+        Phase::Decode { .. } => "decode",
     }
 }
 

@@ -2,11 +2,13 @@
 //! response body (the text deltas of all chunks concatenated into one choice; `id`, `model`,
 //! `created`, the last `finish_reason` and `usage` kept when the worker sent them). Chunks
 //! are read into a typed view of only the fields kept, by [`SseAssembler`] (pure, bounded,
-//! fuzzed in `router-node/src/fuzz_tests.rs`).
+//! fuzzed in `router-node/src/fuzz_tests.rs`). Each chunk also goes to the request's
+//! `RequestObserver` (the first one did already, in `proxy.rs`).
 
 use super::error::{ApiError, Stage};
 use super::openai::Endpoint;
 use super::proxy::{Upstream, broken};
+use crate::metrics::RequestObserver;
 use axum::body::Bytes;
 use futures::stream::StreamExt;
 use router_core::WorkerId;
@@ -21,6 +23,7 @@ pub(super) async fn assemble(
     first: Option<Bytes>,
     limit: usize,
     worker: WorkerId,
+    observer: &mut RequestObserver,
 ) -> Result<Value, ApiError> {
     let mut reader = SseAssembler::new(endpoint, limit, worker);
     let mut next = first;
@@ -28,7 +31,10 @@ pub(super) async fn assemble(
         let chunk = match next.take() {
             Some(chunk) => chunk,
             None => match upstream.next().await {
-                Some(Ok(chunk)) => chunk,
+                Some(Ok(chunk)) => {
+                    observer.chunk(&chunk);
+                    chunk
+                }
                 Some(Err(e)) => return Err(broken(worker, &e)),
                 None => break,
             },

@@ -12,7 +12,8 @@ use super::admit::{Class, admit, route_request};
 use super::classify::classify;
 use super::error::ApiError;
 use super::openai::{Endpoint, ParsedRequest, PromptInput};
-use super::proxy::{BookingGuard, UPSTREAM_CONNECT, forward};
+use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
+use crate::metrics::{RequestObserver, RequestOutcome};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -59,7 +60,10 @@ async fn openai(
         http.response.status_code = tracing::field::Empty,
     );
     crate::telemetry::propagation::set_remote_parent(&span, &headers);
-    let response = handle_openai(state, endpoint, headers, body)
+    // Records the request's duration and tokens once, however it ends (dropped with this
+    // future when the client goes away: `cancelled`).
+    let mut observer = RequestObserver::new(state.metrics.clone());
+    let response = handle_openai(state, endpoint, headers, body, &mut observer)
         .instrument(span.clone())
         .await;
     span.record("http.response.status_code", response.status().as_u16());
@@ -71,6 +75,7 @@ async fn handle_openai(
     endpoint: Endpoint,
     headers: HeaderMap,
     body: Body,
+    observer: &mut RequestObserver,
 ) -> Response {
     let header = class_header(&headers).and_then(|requested| {
         let known = known_class(&state, requested)?;
@@ -86,7 +91,9 @@ async fn handle_openai(
             let known_id = known.as_ref().map(|c| c.id);
             match prepare(&state, endpoint, &headers, body, requested, known).await {
                 Ok((prepared, class)) => {
-                    let outcome = admit_and_forward(&state, &headers, prepared, &class).await;
+                    observer.class(&class.name);
+                    let outcome =
+                        admit_and_forward(&state, &headers, prepared, &class, observer).await;
                     (Some(class), outcome)
                 }
                 Err(err) => {
@@ -102,6 +109,12 @@ async fn handle_openai(
     // A request that failed before its class was known has none: `unknown`.
     let label = class.as_ref().map_or("unknown", |c| c.name.as_str());
     state.metrics.request(endpoint.label(), label);
+    observer.class(label);
+    // A streaming answer took the observer over (its body records at its end).
+    observer.finish(match &outcome {
+        Ok(_) => RequestOutcome::Ok,
+        Err(err) => RequestOutcome::of_status(err.status.as_u16()),
+    });
     outcome.unwrap_or_else(|err| {
         state.metrics.rejection(label, err.reason);
         match (&err.class, &class) {
@@ -193,6 +206,7 @@ async fn admit_and_forward(
     headers: &HeaderMap,
     prepared: Prepared,
     class: &Class,
+    observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
     let Prepared {
         request,
@@ -207,7 +221,7 @@ async fn admit_and_forward(
             headers,
             permit,
         };
-        return super::disagg::admit_and_forward(state, decode, d).await;
+        return super::disagg::admit_and_forward(state, decode, d, observer).await;
     }
     // A worker that refuses the connection gets the request placed once more, elsewhere;
     // nothing reached the client yet. Ejected workers are avoided from the start.
@@ -235,13 +249,18 @@ async fn admit_and_forward(
             }
         }
         let admission = admit(state, &state.router, class, route).await?;
+        observer.admitted(tokens.len() as u64, admission.prefix);
         let worker = admission.rank.worker;
         // No await between the admission and the guard: a dropped handler never leaks a booking.
         let mut guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
         if let Some(permit) = permit.take() {
             guard = guard.with_permit(permit);
         }
-        match forward(state, &request, worker, headers, &class.name, guard).await {
+        let target = Target {
+            worker,
+            pool: "aggregated",
+        };
+        match forward(state, &request, target, headers, guard, observer).await {
             Err(e) if e.reason == UPSTREAM_CONNECT => {
                 state.breaker.failed(worker);
                 // The failed attempt's guard returned the permit: take one again to retry.

@@ -6,13 +6,16 @@
 //! response headers wait for that first chunk, so a worker that fails before answering
 //! is a clean 502. A streaming client then gets the worker's SSE bytes as they arrive; a
 //! break mid-stream ends the stream with one `data: {"error": ..}` event. A non-streaming
-//! client gets one JSON body assembled from the chunks (`assemble.rs`).
+//! client gets one JSON body assembled from the chunks (`assemble.rs`). Every chunk read
+//! from the worker also goes to the request's [`RequestObserver`] (time to first token,
+//! inter-token gaps, tokens), and every leg is counted against its worker
+//! (`upstream_requests_total`, `upstream_errors_total`).
 
 use super::AppState;
 use super::assemble::assemble;
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RequestObserver, RequestOutcome};
 use crate::telemetry::propagation;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -83,78 +86,116 @@ pub(super) type Upstream = BoxStream<'static, reqwest::Result<Bytes>>;
 /// so it may be placed again elsewhere.
 pub(super) const UPSTREAM_CONNECT: &str = "upstream_connect";
 
-/// Forwards `request` to `worker` and answers the client. `guard` moves into the response
-/// body for a streaming client, so the booking lives exactly as long as the stream.
+/// The `type` of errors a worker caused (`ApiError::upstream`): counted against it.
+const UPSTREAM_ERROR: &str = "upstream_error";
+
+/// Where one leg goes: the admitted worker and its pool (labels of the per-worker metrics
+/// and attributes of the `worker.leg` span).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target {
+    pub worker: WorkerId,
+    pub pool: &'static str,
+}
+
+/// Forwards `request` to its target worker and answers the client. `guard` moves into the
+/// response body for a streaming client, so the booking lives exactly as long as the
+/// stream; so does the request's `observer` (handed over), which records its latencies and
+/// tokens as the chunks are relayed.
 pub(crate) async fn forward(
     state: &AppState,
     request: &ParsedRequest,
-    worker: WorkerId,
+    target: Target,
     client_headers: &HeaderMap,
-    class: &str,
     guard: BookingGuard,
+    observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
     // The upstream call, until the worker's stream ends (a streaming response owns it).
     let leg = tracing::info_span!(
         "worker.leg",
         otel.kind = "client",
-        worker = worker.0,
+        worker = target.worker.0,
+        pool = target.pool,
         url = tracing::field::Empty,
     );
-    forward_leg(
+    state.metrics.upstream_request(target.pool, target.worker);
+    let answer = forward_leg(
         state,
         request,
-        worker,
+        target,
         client_headers,
-        class,
         guard,
+        observer,
         leg.clone(),
     )
     .instrument(leg)
-    .await
+    .await;
+    if let Err(e) = &answer {
+        worker_failed(&state.metrics, target, e);
+    }
+    answer
 }
 
-async fn forward_leg(
-    state: &AppState,
-    request: &ParsedRequest,
-    worker: WorkerId,
+/// Counts `error` against the target worker when the worker failed it.
+pub(super) fn worker_failed(metrics: &Metrics, target: Target, error: &ApiError) {
+    if error.kind == UPSTREAM_ERROR {
+        metrics.upstream_error(target.pool, target.worker, error.reason);
+    }
+}
+
+/// The W3C trace context the worker gets: `leg`'s when it is traced, otherwise the
+/// client's headers passed on unchanged.
+pub(super) fn with_trace_context(
+    mut call: reqwest::RequestBuilder,
+    leg: &tracing::Span,
     client_headers: &HeaderMap,
-    class: &str,
-    mut guard: BookingGuard,
-    leg: tracing::Span,
-) -> Result<Response, ApiError> {
-    let base = state
-        .directory
-        .endpoint(worker)
-        .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
-    leg.record("url", url.as_str());
-    let mut call = state
-        .http
-        .post(url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "text/event-stream")
-        .body(request.upstream_body());
-    // The worker's parent is this leg when it is traced; otherwise the client's context
-    // goes on unchanged.
-    let propagated = propagation::context_headers(&leg);
+) -> reqwest::RequestBuilder {
+    let propagated = propagation::context_headers(leg);
     if propagated.is_empty() {
         for name in propagation::HEADERS {
             if let Some(value) = client_headers.get(name) {
                 call = call.header(name, value.clone());
             }
         }
+        call
     } else {
-        call = call.headers(propagated);
+        call.headers(propagated)
     }
-    let response = call.send().await.map_err(|e| {
-        // Only a refused or failed connection is known not to have reached the worker.
-        let reason = if e.is_connect() {
-            UPSTREAM_CONNECT
-        } else {
-            "upstream_send"
-        };
-        ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
-    })?;
+}
+
+async fn forward_leg(
+    state: &AppState,
+    request: &ParsedRequest,
+    target: Target,
+    client_headers: &HeaderMap,
+    mut guard: BookingGuard,
+    observer: &mut RequestObserver,
+    leg: tracing::Span,
+) -> Result<Response, ApiError> {
+    let worker = target.worker;
+    let base = state
+        .directory
+        .endpoint(worker)
+        .ok_or_else(|| ApiError::no_endpoint(worker))?;
+    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
+    leg.record("url", url.as_str());
+    let call = state
+        .http
+        .post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "text/event-stream")
+        .body(request.upstream_body());
+    let response = with_trace_context(call, &leg, client_headers)
+        .send()
+        .await
+        .map_err(|e| {
+            // Only a refused or failed connection is known not to have reached the worker.
+            let reason = if e.is_connect() {
+                UPSTREAM_CONNECT
+            } else {
+                "upstream_send"
+            };
+            ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
+        })?;
     let status = response.status();
     if !status.is_success() {
         return Err(upstream_status(worker, status, response).await);
@@ -168,11 +209,20 @@ async fn forward_leg(
             None => break None,
         }
     };
-    if first.is_some() {
+    if let Some(first) = &first {
         guard.prefill_done();
+        observer.chunk(first);
     }
     if request.stream {
-        Ok(relay(upstream, first, guard, worker, class.to_owned(), leg))
+        let relay = Relay {
+            first,
+            upstream,
+            guard: Some(guard),
+            target,
+            observer: observer.hand_over(),
+            _leg: leg,
+        };
+        Ok(relay.into_response())
     } else {
         let body = assemble(
             request.endpoint,
@@ -180,6 +230,7 @@ async fn forward_leg(
             first,
             state.limits.max_response_bytes,
             worker,
+            observer,
         )
         .await;
         drop(guard);
@@ -219,59 +270,55 @@ pub(super) fn broken(worker: WorkerId, e: &reqwest::Error) -> ApiError {
 }
 
 /// The streaming response: the first chunk, then the rest of the worker's bytes as they
-/// come. The stream owns the guard; it is dropped when the stream ends or breaks, or when
-/// the client goes away and the server drops the body.
-fn relay(
-    upstream: Upstream,
+/// come. It owns the guard and the request's observer; the guard is dropped when the stream
+/// ends or breaks, or when the client goes away and the server drops the body (the observer
+/// then records the request as cancelled).
+struct Relay {
     first: Option<Bytes>,
-    guard: BookingGuard,
-    worker: WorkerId,
-    class: String,
-    leg: tracing::Span,
-) -> Response {
-    struct Relay {
-        first: Option<Bytes>,
-        upstream: Upstream,
-        guard: Option<BookingGuard>,
-        worker: WorkerId,
-        class: String,
-        /// The `worker.leg` span, closed when the stream ends.
-        _leg: tracing::Span,
+    upstream: Upstream,
+    guard: Option<BookingGuard>,
+    target: Target,
+    observer: RequestObserver,
+    /// The `worker.leg` span, closed when the stream ends.
+    _leg: tracing::Span,
+}
+
+impl Relay {
+    fn into_response(self) -> Response {
+        let body = stream::unfold(self, |mut r| async move {
+            if let Some(first) = r.first.take() {
+                return Some((Ok::<Bytes, Infallible>(first), r));
+            }
+            let guard = r.guard.as_mut()?;
+            match r.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    guard.prefill_done();
+                    r.observer.chunk(&chunk);
+                    Some((Ok(chunk), r))
+                }
+                Some(Err(e)) => {
+                    let class = r.observer.class_name().to_owned();
+                    let err = broken(r.target.worker, &e).class(Some(class.clone()));
+                    guard.metrics.rejection(&class, err.reason);
+                    worker_failed(&guard.metrics, r.target, &err);
+                    r.observer.finish(RequestOutcome::Error);
+                    r.guard = None;
+                    let event = format!("data: {}\n\n", err.body_json());
+                    Some((Ok(Bytes::from(event)), r))
+                }
+                None => {
+                    r.observer.finish(RequestOutcome::Ok);
+                    None
+                }
+            }
+        });
+        let mut response = Body::from_stream(body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
     }
-    let relay = Relay {
-        first,
-        upstream,
-        guard: Some(guard),
-        worker,
-        class,
-        _leg: leg,
-    };
-    let body = stream::unfold(relay, |mut r| async move {
-        if let Some(first) = r.first.take() {
-            return Some((Ok::<Bytes, Infallible>(first), r));
-        }
-        let guard = r.guard.as_mut()?;
-        match r.upstream.next().await {
-            Some(Ok(chunk)) => {
-                guard.prefill_done();
-                Some((Ok(chunk), r))
-            }
-            Some(Err(e)) => {
-                let err = broken(r.worker, &e).class(Some(r.class.clone()));
-                guard.metrics.rejection(&r.class, err.reason);
-                r.guard = None;
-                let event = format!("data: {}\n\n", err.body_json());
-                Some((Ok(Bytes::from(event)), r))
-            }
-            None => None,
-        }
-    });
-    let mut response = Body::from_stream(body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
 }

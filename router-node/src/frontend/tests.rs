@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use router_core::queue::{ExpiryStage, LimitKind};
-use router_core::{GateClosed, RankId, RejectReason};
+use router_core::{GateClosed, RankId, RejectReason, WorkerId};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -257,15 +257,32 @@ fn metrics_render_every_family() {
     m.rejection("batch", "queue_full");
     m.admission_latency("batch", Duration::from_millis(3));
     m.inflight_inc();
+    m.prefix_hit(
+        "prefill",
+        router_core::PrefixHit {
+            prompt_blocks: 8,
+            matched_blocks: 6,
+            cached_tokens: 96,
+        },
+    );
+    m.upstream_request("decode", WorkerId(7));
+    m.upstream_error("decode", WorkerId(7), "upstream_stream");
     let text = m.render();
     for needle in [
         r#"switchyard_http_requests_total{endpoint="completions",class="batch"} 1"#,
         r#"switchyard_http_rejections_total{class="batch",reason="queue_full"} 1"#,
         r#"switchyard_admission_latency_seconds_count{class="batch"} 1"#,
         "switchyard_http_inflight 1",
+        r#"switchyard_prefix_matched_blocks_total{pool="prefill"} 6"#,
+        r#"switchyard_prefix_prompt_blocks_total{pool="prefill"} 8"#,
+        r#"switchyard_upstream_requests_total{pool="decode",worker="7"} 1"#,
+        r#"switchyard_upstream_errors_total{pool="decode",worker="7",reason="upstream_stream"} 1"#,
+        "# TYPE switchyard_build_info gauge",
     ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
+    // A family without a series yet is not rendered.
+    assert!(!text.contains("time_to_first_token"), "{text}");
     m.inflight_dec();
     assert_eq!(m.inflight(), 0);
 }

@@ -1,90 +1,41 @@
 //! The node's Prometheus metrics (prometheus-client), served as text at the frontend's
 //! `/metrics`: the frontend's own families, recorded as requests go, and the node's actors'
-//! state, observed at each scrape.
+//! state, observed at each scrape. Every family, with its labels and what it counts, is in
+//! `docs/metrics.md` (a system test compares that table with a live `/metrics`).
 //!
-//! - `families.rs`: every family's declaration (name, help, type).
+//! - `families/`: every family's declaration (name, help, type, buckets) and the build info.
+//! - `request.rs`: [`RequestObserver`], one OpenAI request's latencies (time to first token,
+//!   inter-token gaps, duration by outcome) and tokens (prompt, cached, output), recorded as
+//!   the frontend relays its stream.
 //! - `scrape.rs`: [`NodeSources`] observes the node's actors at scrape time ([`NodeScrape`]).
 //! - `record.rs`: a [`NodeScrape`] written into that scrape's families, per kind of actor.
 //!
 //! Label values are bounded: `class` is a configured class name (or `unknown` for a request
 //! that failed before its class was known: an unreadable or unknown class header and, with
 //! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or
-//! `none`), `endpoint` is one of the two OpenAI routes and `reason` is a fixed label from
-//! `ApiError` / `RejectReason::label()`.
-//!
-//! - `switchyard_http_requests_total{endpoint,class}`: requests that reached admission or
-//!   failed before it.
-//! - `switchyard_http_rejections_total{class,reason}`: every error answer.
-//! - `switchyard_classified_requests_total{class,rule}`: requests classified at the frontend,
-//!   by the class chosen and the `[[classifiers]]` rule that chose it (`none`: no rule
-//!   matched, or the profile has none). Refusals are rejections (`reason="refused_by_rule"`).
-//! - `switchyard_admission_latency_seconds{class}`: from the `route` call to its outcome
-//!   (queue wait included).
-//! - `switchyard_http_inflight`: admitted requests still being proxied.
-//! - `switchyard_queue_wait_seconds{class}`: an admission's time in its class queue, as the
-//!   router measured it (`Admission::waited`), observed for **every** admission of the
-//!   aggregated path: a direct one counts as 0, so `_count` is the admissions and the buckets
-//!   show the share that waited. (The disaggregated path, `disagg.rs`, still observes only
-//!   `admission_latency_seconds`.)
-//! - `switchyard_route_seconds{class}`: an admission's latency minus its queue wait: the
-//!   router's own time (mailbox round trip, gate, selection, booking). Admissions only.
-//!   `admission_latency_seconds` is the sum of both (gate + wait + select + book).
-//! - `switchyard_http_retries_total{class}`: requests placed again on another worker because
-//!   theirs refused the connection (once per request at most).
-//! - `switchyard_scrape_errors_total{component}`: node actors (`router`, `peer_sync`,
-//!   `kv_events`, `registry`, `engine_link`) that were gone or slower than the scrape timeout, and so left
-//!   out of a scrape.
+//! `none`), `endpoint` is one of the two OpenAI routes, `reason` is a fixed label from
+//! `ApiError` / `RejectReason::label()`, `outcome` one of five words, `pool` one of three,
+//! `worker`/`dp_rank` the registered workers' ranks. No request ids.
 //!
 //! With a node attached ([`Metrics::with_node`]), every scrape also observes the node's
-//! actors (`scrape.rs`) and renders, fresh each time (a worker or class that is gone
-//! leaves no stale series):
-//!
-//! - gauges `switchyard_queue_depth{pool,class}`, `switchyard_queue_tokens{pool,class}`;
-//!   `switchyard_booked_prefill_tokens`, `switchyard_booked_decode_blocks`,
-//!   `switchyard_reserved_decode_blocks`, `switchyard_worker_requests`, each
-//!   `{pool,worker,dp_rank}`; `switchyard_registered_workers{pool}`;
-//!   the engines' own load as they report it (real engines through their links, simulated
-//!   workers directly), never mixed with bookings: `switchyard_engine_requests_running`,
-//!   `switchyard_engine_requests_waiting`, `switchyard_engine_kv_used_blocks`,
-//!   `switchyard_engine_kv_total_blocks`, each `{pool,worker,dp_rank}`;
-//!   `switchyard_engine_link_up{engine}` for this node's own `[[engines]]` links;
-//!   `switchyard_peer_sync_lag_seconds{pool,quantile="0.5"|"0.99"}` (since the router actor
-//!   started; 0 until a peer's delta was measured, see `peer_sync_lag_samples_total`);
-//!   `switchyard_bus_connected{pool}` (1 while the replica's NATS connection is up);
-//!   with room credits: `switchyard_room_credits_held_blocks`,
-//!   `switchyard_room_credits_used_blocks`, `switchyard_room_credits_outstanding_blocks`, each
-//!   `{worker,dp_rank}` of the decode pool;
-//! - counters, from the actors' own monotonic counters (they restart from 0 with a restarted
-//!   actor): `switchyard_admissions_total{pool,outcome}` (`admitted`, `queued`, `rejected`,
-//!   `admitted_upstream`), `switchyard_room_queries_total{pool}`,
-//!   `switchyard_peer_sync_lag_samples_total{pool}`,
-//!   `switchyard_room_changed_published_total`, `switchyard_room_changed_publish_errors_total`,
-//!   `switchyard_room_changed_received_total`, `switchyard_kv_events_total{pool,kind}`
-//!   (`stored`, `removed`, `cleared`: events forwarded to the router),
-//!   `switchyard_peer_sync_gaps_total{pool}`, `switchyard_peer_sync_snapshots_applied_total{pool}`,
-//!   `switchyard_peer_sync_expired_peers_total{pool}`,
-//!   `switchyard_peer_sync_goodbyes_total{pool}`, `switchyard_peer_sync_bus_outages_total{pool}`,
-//!   `switchyard_room_credit_messages_total{kind}` (`ask_sent`, `grant_received`,
-//!   `denial_received`, `local_grant`, `grant_given`, `denial_given`),
-//!   `switchyard_wire_decode_errors_total{component,kind}` (`component`: `peer_sync`,
-//!   `kv_events`, `registry`, `room`; `kind`: `malformed`, `unknown_version`,
-//!   `foreign_cluster`; summed over pools),
-//!   `switchyard_registry_announcements_refused_total{reason}` (`endpoint_not_allowed`: the
-//!   endpoint is outside `registry.allowed_endpoints`; `invalid_spec`, `unserved_pool`,
-//!   `pool_mismatch`, `stale`).
-//!
-//! Every label is bounded: pools and kinds are fixed sets, classes come from the profile,
-//! `worker`/`dp_rank` are the registered workers' ranks. No request ids.
+//! actors (`scrape.rs`) and renders their families fresh each time (a worker or class that
+//! is gone leaves no stale series). The frontend's per-worker counters
+//! (`upstream_requests_total`, `upstream_errors_total`) keep a series per worker ever
+//! called, as counters do.
 
 mod families;
 mod record;
+mod request;
 mod scrape;
 
+pub use families::BuildInfo;
+pub use request::{RequestObserver, RequestOutcome};
 pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, pool_label};
 
 use families::HttpFamilies;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::registry::Registry;
+use router_core::{PrefixHit, WorkerId};
 use std::time::Duration;
 
 /// The node components a scrape observes (the `component` label of scrape errors).
@@ -120,6 +71,10 @@ impl Default for Metrics {
 
 fn class_label(class: &str) -> Vec<(&'static str, String)> {
     vec![("class", class.to_owned())]
+}
+
+fn worker_labels(pool: &'static str, worker: WorkerId) -> Vec<(&'static str, String)> {
+    vec![("pool", pool.to_owned()), ("worker", worker.0.to_string())]
 }
 
 impl Metrics {
@@ -212,6 +167,33 @@ impl Metrics {
         http.route
             .get_or_create(&labels)
             .observe(took.saturating_sub(waited).as_secs_f64());
+    }
+
+    /// One admission's prefix reuse on `pool` (every leg, on its own pool).
+    pub fn prefix_hit(&self, pool: &'static str, prefix: PrefixHit) {
+        let labels = vec![("pool", pool.to_owned())];
+        let http = &self.http;
+        http.prefix_matched
+            .get_or_create(&labels)
+            .inc_by(u64::from(prefix.matched_blocks));
+        http.prefix_prompt
+            .get_or_create(&labels)
+            .inc_by(u64::from(prefix.prompt_blocks));
+    }
+
+    /// A request (or one leg of it) sent to `worker` of `pool`.
+    pub fn upstream_request(&self, pool: &'static str, worker: WorkerId) {
+        self.http
+            .upstream_requests
+            .get_or_create(&worker_labels(pool, worker))
+            .inc();
+    }
+
+    /// A request (or leg) that `worker` of `pool` failed, by the error's reason.
+    pub fn upstream_error(&self, pool: &'static str, worker: WorkerId, reason: &'static str) {
+        let mut labels = worker_labels(pool, worker);
+        labels.push(("reason", reason.to_owned()));
+        self.http.upstream_errors.get_or_create(&labels).inc();
     }
 
     pub fn inflight_inc(&self) {

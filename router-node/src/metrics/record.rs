@@ -1,16 +1,19 @@
 //! One scrape's node state written into its metric families, one small function per kind
 //! of actor: routers (queues, ledgers, admission counters, peer-sync lag), peer-sync actors,
-//! KV-events actors, the worker registry and the room bus. Every label is bounded: pools and
-//! kinds are fixed sets, classes come from the profile, `worker`/`dp_rank` are registered
-//! workers' ranks.
+//! KV-events actors, the worker registry and the room bus. The peer-sync lag comes as the
+//! router's own bucket counts and is rendered as a histogram (`CountedHistogram`). Every
+//! label is bounded: pools and kinds are fixed sets, classes come from the profile,
+//! `worker`/`dp_rank` are registered workers' ranks.
 
 use super::families::{Labels, NodeFamilies};
 use super::scrape::{NodeScrape, RoomCounts, pool_label};
 use router_actors::kv_events::KvEventsSnapshot;
+use router_actors::lag::LAG_BUCKETS_US;
 use router_actors::peer_sync::PeerSyncSnapshot;
 use router_actors::registry::RegistrySnapshot;
 use router_actors::router::RouterSnapshot;
 use router_core::PoolRole;
+use router_core::credits::CreditKind;
 use std::time::Duration;
 
 /// The node families of `node`.
@@ -101,21 +104,22 @@ fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &Router
         .get_or_create(&labels([("pool", pool)]))
         .inc_by(stats.room_queries);
     let peer_lag = &snapshot.peer_lag_us;
-    for (quantile, us) in [("0.5", peer_lag.p50_us), ("0.99", peer_lag.p99_us)] {
-        f.lag
-            .get_or_create(&labels([("pool", pool), ("quantile", quantile)]))
-            .set(us_to_secs(us));
-    }
-    f.lag_samples
-        .get_or_create(&labels([("pool", pool)]))
-        .inc_by(peer_lag.count);
+    f.lag.get_or_create(&labels([("pool", pool)])).set(
+        us_to_secs(peer_lag.sum_us),
+        peer_lag.count,
+        LAG_BUCKETS_US
+            .iter()
+            .zip(peer_lag.buckets)
+            .map(|(&bound, n)| (us_to_secs(bound), n)),
+    );
     if let Some(credits) = &snapshot.credits {
         room_credits(f, credits);
     }
 }
 
-/// A decode router's room credits: what it holds and uses per rank, what it has out on the
-/// ranks it owns, and its credit exchanges.
+/// A decode or aggregated router's room credits: what it holds and uses per rank, what it has
+/// out on the ranks it owns (decode blocks, and an aggregated pool's prefill tokens apart),
+/// and its credit exchanges.
 fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot) {
     let rank_labels = |rank: router_core::RankId| {
         let worker = rank.worker.0.to_string();
@@ -124,13 +128,23 @@ fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot
     };
     for held in &credits.held {
         let l = rank_labels(held.rank);
-        f.credits_held.get_or_create(&l).set(gauge_value(held.held));
-        f.credits_used.get_or_create(&l).set(gauge_value(held.used));
+        let (held_family, used_family) = match held.kind {
+            CreditKind::Decode => (&f.credits_held, &f.credits_used),
+            CreditKind::Prefill => (&f.prefill_credits_held, &f.prefill_credits_used),
+        };
+        held_family.get_or_create(&l).set(gauge_value(held.held));
+        used_family.get_or_create(&l).set(gauge_value(held.used));
     }
     for owned in &credits.owned {
+        let l = rank_labels(owned.rank);
         f.credits_outstanding
-            .get_or_create(&rank_labels(owned.rank))
+            .get_or_create(&l)
             .set(gauge_value(owned.outstanding));
+        if owned.prefill_outstanding > 0 {
+            f.prefill_credits_outstanding
+                .get_or_create(&l)
+                .set(gauge_value(owned.prefill_outstanding));
+        }
     }
     let c = &credits.counters;
     for (kind, value) in [

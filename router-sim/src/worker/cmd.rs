@@ -1,6 +1,7 @@
 //! `router-node worker --sim ...`: the command-line face of [`SimWorker`]. The router node
-//! flattens [`SimArgs`] into its `worker` subcommand and calls [`run`] with the reader of
-//! its own `--tokenizer-config` (this crate has no tokenizer of its own).
+//! flattens [`SimArgs`] into its `worker` subcommand and calls [`run_with`] with the reader
+//! of its own `--tokenizer-config` (this crate has no tokenizer of its own) and its
+//! telemetry ([`Hooks`]).
 //!
 //! Exit codes: 0 after a clean stop (Ctrl-C / SIGINT, or SIGTERM), 1 when the worker cannot start or
 //! stops on an error (cannot listen, cannot reach NATS, cannot announce), 2 for a usage error
@@ -136,8 +137,36 @@ impl SimArgs {
     }
 }
 
+/// What the binary embedding the worker adds to it (the router node: its logs and traces).
+#[derive(Default)]
+pub struct Hooks<'a> {
+    /// Runs inside the worker's runtime before the worker starts (e.g. installs a log
+    /// subscriber and a trace exporter); what it returns is dropped once the worker stopped.
+    /// An error is a usage error (exit code 2).
+    pub telemetry: Option<Telemetry<'a>>,
+    /// Links every request's `worker.generate` span to its caller ([`SimConfig::trace_parent`]).
+    pub trace_parent: Option<super::TraceParent>,
+}
+
+/// See [`Hooks::telemetry`].
+pub type Telemetry<'a> = &'a dyn Fn() -> Result<Box<dyn std::any::Any + Send>, String>;
+
+impl std::fmt::Debug for Hooks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("telemetry", &self.telemetry.is_some())
+            .field("trace_parent", &self.trace_parent.is_some())
+            .finish()
+    }
+}
+
 /// Runs `router-node worker` until Ctrl-C or SIGTERM, reading bodies with `prompts`' reader.
 pub fn run(args: &SimArgs, prompts: LoadPrompts<'_>) -> ExitCode {
+    run_with(args, prompts, &Hooks::default())
+}
+
+/// [`run`] with the embedding binary's [`Hooks`].
+pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> ExitCode {
     if !args.sim {
         eprintln!(
             "router-node worker: only the simulated engine exists; pass --sim \
@@ -169,18 +198,35 @@ pub fn run(args: &SimArgs, prompts: LoadPrompts<'_>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(serve(args, prompts)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("router-node worker: {message}");
-            ExitCode::from(1)
+    runtime.block_on(async {
+        let telemetry = match hooks.telemetry.map(|start| start()).transpose() {
+            Ok(telemetry) => telemetry,
+            Err(message) => {
+                eprintln!("router-node worker: {message}");
+                return ExitCode::from(2);
+            }
+        };
+        let served = serve(args, prompts, hooks.trace_parent).await;
+        // Flushes what the hook started (spans) before the runtime goes.
+        drop(telemetry);
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("router-node worker: {message}");
+                ExitCode::from(1)
+            }
         }
-    }
+    })
 }
 
-async fn serve(args: &SimArgs, prompts: Arc<dyn PromptReader>) -> Result<(), String> {
+async fn serve(
+    args: &SimArgs,
+    prompts: Arc<dyn PromptReader>,
+    trace_parent: Option<super::TraceParent>,
+) -> Result<(), String> {
     let cfg = SimConfig {
         prompts,
+        trace_parent,
         ..args.config()
     };
     let bus: Arc<dyn Bus> = match &args.nats {

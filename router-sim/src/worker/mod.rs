@@ -153,7 +153,14 @@ pub struct SimConfig {
     /// Parses bodies and tokenizes prompts; must tokenize as the routers do for their
     /// hashes to match (default: [`TokenIds`], token-id prompts only).
     pub prompts: Arc<dyn PromptReader>,
+    /// Makes the caller's W3C trace context (`traceparent` in the request headers) the
+    /// parent of each request's `worker.generate` span (default: none; the router node
+    /// passes its OpenTelemetry propagation).
+    pub trace_parent: Option<TraceParent>,
 }
+
+/// Sets a span's parent from a request's headers (see [`SimConfig::trace_parent`]).
+pub type TraceParent = fn(&tracing::Span, &axum::http::HeaderMap);
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -176,6 +183,7 @@ impl Default for SimConfig {
             pull_timeout: Duration::from_secs(5),
             advertise: None,
             prompts: Arc::new(TokenIds),
+            trace_parent: None,
         }
     }
 }

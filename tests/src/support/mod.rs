@@ -1,7 +1,8 @@
 //! What the whole-system tests share: the `router-node` binary, scratch directories, one-shot
 //! runs of the binary, and long-running processes ([`process`]): a nats-server, router nodes
 //! and simulated workers, each on a port it picks itself; HAProxy ([`haproxy`]); the cluster
-//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]).
+//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]);
+//! Arize Phoenix, a real trace backend ([`phoenix`]).
 //!
 //! # Which `router-node` binary
 //!
@@ -27,11 +28,13 @@ pub mod cluster;
 pub mod haproxy;
 pub mod load;
 pub mod observe;
+pub mod phoenix;
 pub mod process;
 pub mod vllm;
 
 pub use cluster::{Cluster, ClusterBuilder, ClusterWorker, Role};
 pub use haproxy::{Haproxy, HaproxyConfig};
+pub use phoenix::Phoenix;
 pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, SimWorker, Stopped};
 pub use router_actors::testkit::NatsServer;
 pub use vllm::VllmEngine;
@@ -44,15 +47,27 @@ use std::time::SystemTime;
 /// Overrides where the `router-node` binary is.
 pub const BIN_ENV: &str = "SWITCHYARD_ROUTER_NODE_BIN";
 
-/// Environment variables a node reads besides the rule's `SWITCHYARD_<SECTION>__<KEY>`:
-/// the config file's path and the older aliases. These and every variable of the rule are
-/// removed from every child so the caller's shell cannot change a test ([`is_node_env`]).
-pub const NODE_ENV: [&str; 5] = [
+/// Environment variables a node (or a worker) reads besides the rule's
+/// `SWITCHYARD_<SECTION>__<KEY>`: the config file's path, the older aliases and the standard
+/// `OTEL_*` ones. These and every variable of the rule are removed from every child so the
+/// caller's shell cannot change a test ([`is_node_env`]; a test sets them on a child
+/// explicitly).
+pub const NODE_ENV: &[&str] = &[
     "SWITCHYARD_CONFIG",
     "SWITCHYARD_CLUSTER",
     "SWITCHYARD_HTTP_LISTEN",
     "SWITCHYARD_NATS_URL",
     "SWITCHYARD_OTLP_ENDPOINT",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
 ];
 
 /// The rule's prefix and separator (`router_node::config::{ENV_PREFIX, ENV_SEPARATOR}`; this

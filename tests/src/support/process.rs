@@ -41,8 +41,14 @@ pub struct Proc {
 impl Proc {
     /// Spawns `router-node args...`; `name` is how messages call it.
     pub fn spawn(name: &str, args: &[&str]) -> Self {
+        Self::spawn_with_env(name, args, &[])
+    }
+
+    /// [`Self::spawn`] with environment variables set on the child (e.g. `OTEL_*`).
+    pub fn spawn_with_env(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let mut command = router_node();
         command.args(args);
+        command.envs(env.iter().map(|(k, v)| (k, v)));
         Self::spawn_command(name, command)
     }
 
@@ -210,6 +216,8 @@ pub struct RouterNode {
     proc: Proc,
     url: String,
     config: PathBuf,
+    /// Environment variables it was started with (kept for a restart).
+    env: Vec<(String, String)>,
     _dir: TempDir,
 }
 
@@ -242,6 +250,18 @@ impl RouterNode {
         http_extra: &str,
         extra: &str,
     ) -> Self {
+        Self::start_with_env(name, cluster, bus, &[node_extra, http_extra, extra], &[])
+    }
+
+    /// [`Self::start_with_http`] (`keys` are `[node_extra, http_extra, extra]`) with
+    /// environment variables set on the process (e.g. the `OTEL_*` ones).
+    pub fn start_with_env(
+        name: &str,
+        cluster: &str,
+        bus: &NodeBus,
+        [node_extra, http_extra, extra]: &[&str; 3],
+        env: &[(String, String)],
+    ) -> Self {
         let dir = TempDir::new("node");
         let bus = match bus {
             NodeBus::InProcess => "kind = \"in-process\"".to_owned(),
@@ -255,19 +275,20 @@ impl RouterNode {
                  log_format = \"json\"\n\n{extra}\n"
             ),
         );
-        let (proc, url) = Self::serve(name, &config);
+        let (proc, url) = Self::serve(name, &config, env);
         Self {
             proc,
             url,
             config,
+            env: env.to_vec(),
             _dir: dir,
         }
     }
 
     /// Runs `serve --config <config>` and waits for the address it serves on.
-    fn serve(name: &str, config: &Path) -> (Proc, String) {
+    fn serve(name: &str, config: &Path, env: &[(String, String)]) -> (Proc, String) {
         let config_arg = config.to_string_lossy().into_owned();
-        let mut proc = Proc::spawn(name, &["serve", "--config", &config_arg]);
+        let mut proc = Proc::spawn_with_env(name, &["serve", "--config", &config_arg], env);
         let url = Self::wait_serving(&mut proc);
         (proc, url)
     }
@@ -292,6 +313,7 @@ impl RouterNode {
             proc,
             url,
             config,
+            env,
             _dir,
         } = self;
         let stopped = proc.stop();
@@ -303,13 +325,14 @@ impl RouterNode {
             1,
         );
         std::fs::write(&config, pinned).expect("the node's config file is writable");
-        let (proc, url) = Self::serve(name, &config);
+        let (proc, url) = Self::serve(name, &config, &env);
         (
             stopped,
             Self {
                 proc,
                 url,
                 config,
+                env,
                 _dir,
             },
         )
@@ -351,9 +374,14 @@ impl SimWorker {
     /// (`--standalone`, or `--nats URL --cluster C --worker-id N ...`). Returns once it
     /// serves HTTP.
     pub fn start(name: &str, args: &[&str]) -> Self {
+        Self::start_with_env(name, args, &[])
+    }
+
+    /// [`Self::start`] with environment variables set on the process (e.g. `OTEL_*`).
+    pub fn start_with_env(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let mut all = vec!["worker", "--sim", "--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let mut proc = Proc::spawn(name, &all);
+        let mut proc = Proc::spawn_with_env(name, &all, env);
         let url = proc.wait_for(START_TIMEOUT, |line| {
             line.split_whitespace()
                 .find(|w| w.starts_with("http://"))

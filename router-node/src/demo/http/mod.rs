@@ -77,13 +77,28 @@ pub fn main(opts: &HttpOptions) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        match run(opts).await {
+        // Warnings only on stderr (the report is the output); spans when the standard
+        // OTEL_* variables (or SWITCHYARD_OTLP_ENDPOINT) name an OTLP endpoint.
+        let telemetry = router_node::config::TelemetrySection {
+            log_filter: "warn".to_owned(),
+            ..router_node::config::TelemetrySection::default()
+        };
+        let guard = match router_node::telemetry::init(&telemetry) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("router-node demo: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let code = match run(opts).await {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("router-node demo: {e}");
                 ExitCode::from(1)
             }
-        }
+        };
+        guard.shutdown().await;
+        code
     })
 }
 

@@ -58,7 +58,10 @@ use super::AppState;
 use super::admit::{Class, admit, route_request};
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
-use super::proxy::{BookingGuard, forward, upstream_status};
+use super::proxy::{
+    BookingGuard, Target, forward, upstream_status, with_trace_context, worker_failed,
+};
+use crate::metrics::RequestObserver;
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use futures::StreamExt;
@@ -66,7 +69,9 @@ use router_actors::RouterHandle;
 use router_core::{Phase, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::future::Future;
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument as _;
 
 /// How the prefill and decode legs of a disaggregated request meet (`[disagg] convention`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +135,7 @@ pub(super) async fn admit_and_forward(
     state: &AppState,
     decode: &RouterHandle,
     d: Disagg<'_>,
+    observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
     let id = RequestId(uuid::Uuid::now_v7());
     let admission = admit(
@@ -139,6 +145,7 @@ pub(super) async fn admit_and_forward(
         leg(state, &d, id, Phase::Prefill),
     )
     .await?;
+    observer.admitted(d.tokens.len() as u64, admission.prefix);
     // No await between the admission and the hold: a dropped handler cannot leak either.
     let mut hold = PrefillHold {
         booking: Some(BookingGuard::new(
@@ -151,7 +158,7 @@ pub(super) async fn admit_and_forward(
         reserved: true,
     };
     if state.convention == DisaggConvention::Sglang {
-        return sglang::legs(state, decode, d, id, admission.rank.worker, hold).await;
+        return sglang::legs(state, decode, d, id, admission.rank.worker, hold, observer).await;
     }
     let params = prefill_leg(state, &d.request, admission.rank.worker, d.headers).await?;
     hold.staged();
@@ -166,12 +173,28 @@ pub(super) async fn admit_and_forward(
     forward(
         state,
         &request,
-        admission.rank.worker,
+        decode_target(admission.rank.worker),
         d.headers,
-        &d.class.name,
         guard,
+        observer,
     )
     .await
+}
+
+/// A decode leg's target.
+pub(super) fn decode_target(worker: WorkerId) -> Target {
+    Target {
+        worker,
+        pool: "decode",
+    }
+}
+
+/// A prefill leg's target.
+fn prefill_target(worker: WorkerId) -> Target {
+    Target {
+        worker,
+        pool: "prefill",
+    }
 }
 
 /// The route call of one leg: the same id, class and prompt on both.
@@ -213,52 +236,83 @@ async fn prefill_leg(
     worker: WorkerId,
     client_headers: &HeaderMap,
 ) -> Result<Value, ApiError> {
+    let leg = prefill_span(worker);
     let call = prefill_call(
         state,
         request,
         worker,
         client_headers,
         prefill_body(request),
+        &leg,
     )?;
-    let body = prefill_answer(call, worker, state.limits.max_response_bytes).await?;
+    let body = prefill_answer(state, call, worker).instrument(leg).await?;
     transfer_params(&body).map_err(|why| {
-        ApiError::upstream(
+        let err = ApiError::upstream(
             Stage::Upstream,
             "prefill_bad_params",
             format!("prefill {worker}: {why}"),
-        )
+        );
+        worker_failed(&state.metrics, prefill_target(worker), &err);
+        err
     })
 }
 
-/// The prefill leg's HTTP call to `worker` with `body`.
+/// The prefill leg's `worker.leg` span (the decode leg's is made by `forward`).
+pub(super) fn prefill_span(worker: WorkerId) -> tracing::Span {
+    tracing::info_span!(
+        "worker.leg",
+        otel.kind = "client",
+        worker = worker.0,
+        pool = "prefill",
+        url = tracing::field::Empty,
+    )
+}
+
+/// The prefill leg's HTTP call to `worker` with `body`, carrying `leg`'s trace context.
 pub(super) fn prefill_call(
     state: &AppState,
     request: &ParsedRequest,
     worker: WorkerId,
     client_headers: &HeaderMap,
     body: Vec<u8>,
+    leg: &tracing::Span,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
     let base = state
         .directory
         .endpoint(worker)
         .ok_or_else(|| ApiError::no_endpoint(worker))?;
     let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
-    let mut call = state
+    leg.record("url", url.as_str());
+    let call = state
         .http
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
         .body(body);
-    for name in ["traceparent", "tracestate"] {
-        if let Some(value) = client_headers.get(name) {
-            call = call.header(name, value.clone());
-        }
-    }
-    Ok(call)
+    Ok(with_trace_context(call, leg, client_headers))
 }
 
-/// Sends the prefill leg and reads its (2xx) answer, at most `limit` bytes.
-pub(super) async fn prefill_answer(
+/// Sends the prefill leg and reads its (2xx) answer, at most `max_response_bytes`; the leg
+/// is counted against its worker, and so is its failure. The future owns what it needs.
+pub(super) fn prefill_answer(
+    state: &AppState,
+    call: reqwest::RequestBuilder,
+    worker: WorkerId,
+) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send + 'static {
+    let metrics = state.metrics.clone();
+    let limit = state.limits.max_response_bytes;
+    let target = prefill_target(worker);
+    metrics.upstream_request(target.pool, worker);
+    async move {
+        let answer = read_prefill(call, worker, limit).await;
+        if let Err(e) = &answer {
+            worker_failed(&metrics, target, e);
+        }
+        answer
+    }
+}
+
+async fn read_prefill(
     call: reqwest::RequestBuilder,
     worker: WorkerId,
     limit: usize,
@@ -320,47 +374,4 @@ fn transfer_params(body: &[u8]) -> Result<Value, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::frontend::openai::Endpoint;
-
-    #[test]
-    fn the_prefill_body_asks_for_one_token_and_a_remote_decode() {
-        let request = ParsedRequest::parse(
-            Endpoint::Chat,
-            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,
-                "stream_options":{"include_usage":true},"max_completion_tokens":50,"x":1}"#,
-        )
-        .expect("valid");
-        let body: Value = serde_json::from_slice(&prefill_body(&request)).expect("json");
-        assert_eq!(body["stream"], false);
-        assert_eq!(body["max_tokens"], 1);
-        assert_eq!(body["max_completion_tokens"], 1);
-        assert_eq!(body["x"], 1);
-        assert!(body.get("stream_options").is_none());
-        assert_eq!(body[KV_TRANSFER], json!({"do_remote_decode": true}));
-    }
-
-    #[test]
-    fn transfer_params_must_be_an_object_asking_for_a_remote_prefill() {
-        let ok = br#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_port":1}}"#;
-        assert_eq!(
-            transfer_params(ok).expect("ok")["remote_port"],
-            1,
-            "params kept"
-        );
-        for bad in [
-            &b"data: {}"[..],
-            br#"[1]"#,
-            br#"{"choices":[]}"#,
-            br#"{"kv_transfer_params":"x"}"#,
-            br#"{"kv_transfer_params":{"do_remote_prefill":false}}"#,
-        ] {
-            assert!(
-                transfer_params(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-    }
-}
+mod tests;

@@ -4,12 +4,16 @@
 //!
 //! [`DisaggConvention::Sglang`]: super::DisaggConvention::Sglang
 
-use super::{Disagg, PrefillHold, one_token_body, prefill_answer, prefill_call};
+use super::{
+    Disagg, PrefillHold, decode_target, one_token_body, prefill_answer, prefill_call, prefill_span,
+};
 use crate::frontend::AppState;
 use crate::frontend::admit::admit;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
-use crate::frontend::proxy::{BookingGuard, forward};
+use crate::frontend::proxy::BookingGuard;
+use crate::frontend::proxy::forward;
+use crate::metrics::RequestObserver;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use futures::{Stream, StreamExt};
@@ -19,6 +23,7 @@ use serde_json::{Map, Value, json};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use tracing::Instrument as _;
 
 /// The SGLang convention: books the decode leg right after the prefill admission, then runs
 /// both legs at once (see the module doc).
@@ -29,6 +34,7 @@ pub(super) async fn legs(
     id: RequestId,
     prefill_worker: WorkerId,
     mut hold: PrefillHold,
+    observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
     let staged = super::leg(state, &d, id, Phase::Decode { staged: true });
     let admission = admit(state, decode, d.class, staged).await?;
@@ -38,25 +44,24 @@ pub(super) async fn legs(
     let room = uuid::Uuid::new_v4().as_u64_pair().0;
     let mut request = d.request;
     request.body.extend(bootstrap_fields(&host, port, room));
+    let leg = prefill_span(prefill_worker);
     let call = prefill_call(
         state,
         &request,
         prefill_worker,
         d.headers,
         sglang_prefill_body(&request),
+        &leg,
     )?;
-    let mut prefill: PrefillFuture = Box::pin(prefill_answer(
-        call,
-        prefill_worker,
-        state.limits.max_response_bytes,
-    ));
+    let mut prefill: PrefillFuture =
+        Box::pin(prefill_answer(state, call, prefill_worker).instrument(leg));
     let decode_leg = forward(
         state,
         &request,
-        admission.rank.worker,
+        decode_target(admission.rank.worker),
         d.headers,
-        &d.class.name,
         guard,
+        observer,
     );
     tokio::pin!(decode_leg);
     tokio::select! {

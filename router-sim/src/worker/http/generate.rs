@@ -1,7 +1,7 @@
 //! The two OpenAI routes of the simulated worker: read the body with the worker's
 //! [`PromptReader`](crate::worker::PromptReader), read the worker's own fields (`cache_salt`,
 //! the KV hand-over fields), pull staged KV when this is a decode leg, submit the sequence
-//! to the engine and answer as it runs (`reply`).
+//! to the engine and answer as it runs (`reply`), all under a `worker.generate` span.
 
 use super::kv_transfer::{
     BOOTSTRAP_WAIT, Bootstrap, Transfer, bootstrap_pull, parse_bootstrap, parse_transfer, pull_kv,
@@ -11,31 +11,71 @@ use super::reply::{CancelGuard, Reply, collect_response, stream_response};
 use super::{Refusal, WorkerState, bad, engine_gone};
 use crate::engine::{Role, SubmitError};
 use crate::worker::prompt::{PromptRequest, Route};
-use crate::worker::{namespace, seq_request};
+use crate::worker::{namespace, role_name, seq_request};
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use router_core::RequestId;
 use router_core::hashing::token_sequence_hashes;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
+use tracing::Instrument as _;
 
-pub(super) async fn completions(State(state): State<WorkerState>, body: Bytes) -> Response {
-    generate(state, Route::Completions, body).await
+pub(super) async fn completions(
+    State(state): State<WorkerState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    generate(state, Route::Completions, &headers, body).await
 }
 
-pub(super) async fn chat_completions(State(state): State<WorkerState>, body: Bytes) -> Response {
-    generate(state, Route::Chat, body).await
+pub(super) async fn chat_completions(
+    State(state): State<WorkerState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    generate(state, Route::Chat, &headers, body).await
 }
 
-async fn generate(state: WorkerState, route: Route, body: Bytes) -> Response {
-    match try_generate(state, route, body).await {
+/// One request under its `worker.generate` span (a child of the caller's trace context when
+/// the worker is configured to read it), which lasts until the answer ends: the response
+/// (its stream, when streaming) holds it.
+async fn generate(state: WorkerState, route: Route, headers: &HeaderMap, body: Bytes) -> Response {
+    let span = tracing::info_span!(
+        "worker.generate",
+        otel.kind = "server",
+        worker = state.cfg.worker_id.0,
+        role = role_name(state.cfg.role),
+        http.route = route_path(route),
+        prompt_tokens = tracing::field::Empty,
+        staged_prefix = tracing::field::Empty,
+    );
+    if let Some(set_parent) = state.cfg.trace_parent {
+        set_parent(&span, headers);
+    }
+    match try_generate(state, route, body, span.clone())
+        .instrument(span)
+        .await
+    {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<Response, Refusal> {
+fn route_path(route: Route) -> &'static str {
+    match route {
+        Route::Completions => "/v1/completions",
+        Route::Chat => "/v1/chat/completions",
+    }
+}
+
+async fn try_generate(
+    state: WorkerState,
+    route: Route,
+    body: Bytes,
+    span: tracing::Span,
+) -> Result<Response, Refusal> {
     let request = state.cfg.prompts.read(route, &body).await?;
     drop(body);
     let max_tokens = match request.max_tokens {
@@ -65,6 +105,8 @@ async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<R
         }
         None => None,
     };
+    span.record("prompt_tokens", prompt_tokens);
+    span.record("staged_prefix", staged_prefix.is_some());
     let transfer_params = (stage && transfer == Transfer::RemoteDecode)
         .then(|| staged_params(&state, &tokens, ns.as_deref(), id));
     let req = seq_request(id, tokens, max_tokens, ns, staged_prefix);
@@ -77,6 +119,7 @@ async fn try_generate(state: WorkerState, route: Route, body: Bytes) -> Result<R
         engine: state.engine.clone(),
         id,
         armed: true,
+        _span: span,
     };
     let reply = Reply {
         route,

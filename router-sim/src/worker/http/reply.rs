@@ -20,6 +20,8 @@ pub(super) struct CancelGuard {
     pub(super) engine: EngineHandle,
     pub(super) id: RequestId,
     pub(super) armed: bool,
+    /// The request's `worker.generate` span, closed with the answer.
+    pub(super) _span: tracing::Span,
 }
 
 impl Drop for CancelGuard {

@@ -48,6 +48,12 @@ pub struct ClusterBuilder {
     http_extra: String,
     extra: String,
     haproxy: Option<HaproxyConfig>,
+    /// Environment of every process (replicas and workers).
+    env: Vec<(String, String)>,
+    /// More environment of the workers alone.
+    worker_env: Vec<(String, String)>,
+    /// More environment of replica `i` alone.
+    replica_env: Vec<(usize, String, String)>,
 }
 
 impl Default for ClusterBuilder {
@@ -62,6 +68,9 @@ impl Default for ClusterBuilder {
             http_extra: String::new(),
             extra: String::new(),
             haproxy: Some(HaproxyConfig::default()),
+            env: Vec::new(),
+            worker_env: Vec::new(),
+            replica_env: Vec::new(),
         }
     }
 }
@@ -123,6 +132,25 @@ impl ClusterBuilder {
         self
     }
 
+    /// An environment variable of every process (replicas and workers), e.g. `OTEL_*`.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// An environment variable of every worker.
+    pub fn worker_env(mut self, name: &str, value: &str) -> Self {
+        self.worker_env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// An environment variable of replica `i` (from 0).
+    pub fn replica_env(mut self, i: usize, name: &str, value: &str) -> Self {
+        self.replica_env
+            .push((i, name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// HAProxy with another configuration.
     pub fn haproxy(mut self, config: HaproxyConfig) -> Self {
         self.haproxy = Some(config);
@@ -174,9 +202,12 @@ impl ClusterBuilder {
             .map(|s| (*s).to_owned())
             .collect();
             let (role, kv_blocks) = (*role, *kv_blocks);
+            let env: Vec<(String, String)> =
+                self.env.iter().chain(&self.worker_env).cloned().collect();
             workers.push(tokio::task::spawn_blocking(move || {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let proc = SimWorker::start(&format!("{} worker {id}", role.arg()), &args);
+                let name = format!("{} worker {id}", role.arg());
+                let proc = SimWorker::start_with_env(&name, &args, &env);
                 ClusterWorker {
                     id,
                     role,
@@ -216,14 +247,20 @@ impl ClusterBuilder {
                     self.http_extra.clone(),
                     extra.clone(),
                 );
+                let mut env = self.env.clone();
+                env.extend(
+                    self.replica_env
+                        .iter()
+                        .filter(|(r, _, _)| *r == i)
+                        .map(|(_, k, v)| (k.clone(), v.clone())),
+                );
                 tokio::task::spawn_blocking(move || {
-                    RouterNode::start_with_http(
+                    RouterNode::start_with_env(
                         &format!("replica {i}"),
                         &name,
                         &bus,
-                        &node_extra,
-                        &http_extra,
-                        &extra,
+                        &[&node_extra, &http_extra, &extra],
+                        &env,
                     )
                 })
             })

@@ -1,111 +1,15 @@
-//! Every metric family of the node, declared in one place: name, help text and type. The
-//! frontend's families ([`HttpFamilies`]) live as long as the node; the node's
-//! ([`NodeFamilies`]) are built fresh for each scrape from what the actors answered
-//! (`record.rs`), so a worker or class that is gone leaves no series behind.
+//! The node's families: built fresh for each scrape from what the actors answered
+//! (`record.rs`), then registered in that scrape's registry, so a worker or class that is
+//! gone leaves no series behind.
 
+use super::{CountedHistogram, Counters, Gauges};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
-
-pub(super) type Labels = Vec<(&'static str, String)>;
-pub(super) type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
-pub(super) type Gauges = Family<Labels, Gauge>;
-pub(super) type Counters = Family<Labels, Counter>;
-pub(super) type FloatGauges = Family<Labels, Gauge<f64, AtomicU64>>;
-
-fn latency_histogram() -> Histogram {
-    // 0.25 ms .. ~8 s.
-    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
-}
-
-fn wait_histogram() -> Histogram {
-    // 1 ms .. ~33 s; a direct admission (0) lands in the first bucket.
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
-
-/// The frontend's own families, registered once.
-#[derive(Debug)]
-pub(super) struct HttpFamilies {
-    pub requests: Counters,
-    pub rejections: Counters,
-    pub retries: Counters,
-    pub classified: Counters,
-    pub admission_latency: HistogramFamily,
-    pub queue_wait: HistogramFamily,
-    pub route: HistogramFamily,
-    pub inflight: Gauge,
-    pub scrape_errors: Counters,
-}
-
-impl HttpFamilies {
-    pub fn register(registry: &mut Registry) -> Self {
-        let f = Self {
-            requests: Counters::default(),
-            rejections: Counters::default(),
-            retries: Counters::default(),
-            classified: Counters::default(),
-            admission_latency: Family::new_with_constructor(latency_histogram as fn() -> _),
-            queue_wait: Family::new_with_constructor(wait_histogram as fn() -> _),
-            route: Family::new_with_constructor(latency_histogram as fn() -> _),
-            inflight: Gauge::default(),
-            scrape_errors: Counters::default(),
-        };
-        let r = registry;
-        r.register(
-            "http_requests",
-            "OpenAI requests received, by endpoint and policy class",
-            f.requests.clone(),
-        );
-        r.register(
-            "http_rejections",
-            "Requests answered with an error, by policy class and reason",
-            f.rejections.clone(),
-        );
-        r.register(
-            "http_retries",
-            "Requests placed again on another worker because theirs refused the connection, by policy class",
-            f.retries.clone(),
-        );
-        r.register(
-            "classified_requests",
-            "Requests classified at the frontend, by policy class and classifier rule",
-            f.classified.clone(),
-        );
-        r.register(
-            "admission_latency_seconds",
-            "Time from the route call to its admission outcome, by policy class",
-            f.admission_latency.clone(),
-        );
-        r.register(
-            "http_inflight",
-            "Admitted requests still being proxied",
-            f.inflight.clone(),
-        );
-        r.register(
-            "queue_wait_seconds",
-            "Time an admitted request spent in its class queue (0 when admitted directly), by policy class",
-            f.queue_wait.clone(),
-        );
-        r.register(
-            "route_seconds",
-            "Admission latency minus queue wait (router round trip, gate, selection, booking), by policy class",
-            f.route.clone(),
-        );
-        r.register(
-            "scrape_errors",
-            "Node actors gone or too slow to answer a scrape, left out of it, by component",
-            f.scrape_errors.clone(),
-        );
-        f
-    }
-}
 
 /// One scrape's node families, filled by `record.rs` and then registered.
 #[derive(Debug, Default)]
-pub(super) struct NodeFamilies {
+pub(in crate::metrics) struct NodeFamilies {
     pub queue_depth: Gauges,
     pub queue_tokens: Gauges,
     pub booked_prefill: Gauges,
@@ -124,9 +28,11 @@ pub(super) struct NodeFamilies {
     pub bus_outages: Counters,
     pub credits_used: Gauges,
     pub credits_outstanding: Gauges,
+    pub prefill_credits_held: Gauges,
+    pub prefill_credits_used: Gauges,
+    pub prefill_credits_outstanding: Gauges,
     pub credit_messages: Counters,
-    pub lag: FloatGauges,
-    pub lag_samples: Counters,
+    pub lag: Family<super::Labels, CountedHistogram>,
     pub admissions: Counters,
     pub room_queries: Counters,
     pub room_published: Counter,
@@ -146,6 +52,11 @@ impl NodeFamilies {
         let mut registry = Registry::with_prefix("switchyard");
         self.register_gauges(&mut registry);
         self.register_counters(&mut registry);
+        registry.register(
+            "peer_sync_lag_seconds",
+            "Peer-sync lag (a peer's delta from its publication to its application here, both wall clocks), by pool",
+            self.lag.clone(),
+        );
         registry
     }
 
@@ -231,18 +142,23 @@ impl NodeFamilies {
             self.credits_outstanding.clone(),
         );
         r.register(
-            "peer_sync_lag_seconds",
-            "Peer-sync lag (a peer's delta from publication to application here), by pool and quantile",
-            self.lag.clone(),
+            "room_prefill_credits_held_tokens",
+            "Prefill room credits (prompt tokens) this replica holds on a rank of an aggregated pool, by worker and dp rank",
+            self.prefill_credits_held.clone(),
+        );
+        r.register(
+            "room_prefill_credits_used_tokens",
+            "Held prefill credits that this replica's own bookings still in prefill use, by worker and dp rank",
+            self.prefill_credits_used.clone(),
+        );
+        r.register(
+            "room_prefill_credits_outstanding_tokens",
+            "Prefill credits out on a rank this replica owns (all holders), by worker and dp rank",
+            self.prefill_credits_outstanding.clone(),
         );
     }
 
     fn register_counters(&self, r: &mut Registry) {
-        r.register(
-            "peer_sync_lag_samples",
-            "Peer deltas whose lag was measured, by pool",
-            self.lag_samples.clone(),
-        );
         r.register(
             "admissions",
             "Scheduler admission outcomes, by pool and outcome",
