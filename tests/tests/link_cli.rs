@@ -82,11 +82,10 @@ fn an_unreachable_nats_exits_1() {
     assert!(err.contains("NATS"), "{err}");
 }
 
-#[tokio::test]
-async fn a_link_waits_for_its_engine_and_stops_at_sigterm() {
-    let nats = NatsServer::start().await.unwrap();
-    // Nothing listens on port 9: the engine is not up, the link keeps asking.
-    let link = LinkSidecar::start(
+/// A link in front of an engine that is not up: nothing listens on port 9, the link keeps
+/// asking.
+fn link_without_engine(nats: &NatsServer) -> LinkSidecar {
+    LinkSidecar::start(
         "link",
         &[
             "--engine",
@@ -98,7 +97,13 @@ async fn a_link_waits_for_its_engine_and_stops_at_sigterm() {
             "--poll-ms",
             "50",
         ],
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_link_waits_for_its_engine_and_stops_at_sigterm() {
+    let nats = NatsServer::start().await.unwrap();
+    let link = link_without_engine(&nats);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = link.stop();
     assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
@@ -112,19 +117,7 @@ async fn a_link_waits_for_its_engine_and_stops_at_sigterm() {
 #[tokio::test]
 async fn a_link_stops_at_sigterm_while_nats_is_down() {
     let mut nats = NatsServer::start().await.unwrap();
-    let link = LinkSidecar::start(
-        "link",
-        &[
-            "--engine",
-            "vllm",
-            "--url",
-            "http://127.0.0.1:9",
-            "--nats",
-            nats.url(),
-            "--poll-ms",
-            "50",
-        ],
-    );
+    let link = link_without_engine(&nats);
     tokio::time::sleep(Duration::from_millis(300)).await;
     nats.stop();
     tokio::time::sleep(Duration::from_millis(500)).await;
