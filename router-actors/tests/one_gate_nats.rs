@@ -102,6 +102,53 @@ async fn three_aggregated_replicas_taking_one_burst_stay_within_a_prompt_of_the_
     check_committed(nodes, PoolRole::Aggregated, true, PREFILL_LINE + PROMPT).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_alone_in_its_pool_judges_the_lines_on_its_own_ledger() {
+    // Alone, a router sees every booking there is: credits would only narrow where it may
+    // place, so they stay off until a peer comes.
+    let server = start_nats().await;
+    let first_bus = bus(&server).await;
+    let profile = PolicyProfile::from_toml_str(PREFILL_PROFILE).expect("profile");
+    let first = node(1, Topology::Aggregated, profile, Arc::clone(&first_bus)).await;
+    let _fleet = workers(&first_bus, PoolRole::Aggregated, &[11, 12], DECODE_KV).await;
+    ready(&first).await;
+    let router = first.router(PoolRole::Aggregated).expect("pool").clone();
+    let snap = router.observe().await.expect("router alive");
+    assert!(
+        !snap.scheduler.ledger.room_credits,
+        "credits on while alone"
+    );
+    // One router's own rule: three prompts per rank (the third crosses the line).
+    let mut admitted = 0;
+    for id in 1..=8u128 {
+        let request = burst_request(id, Topology::Aggregated);
+        if tokio::time::timeout(Duration::from_millis(300), router.route(request))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 6);
+    // A peer comes: credits bound the ledger from then on.
+    let bus2 = bus(&server).await;
+    let profile = PolicyProfile::from_toml_str(PREFILL_PROFILE).expect("profile");
+    let peer = node(2, Topology::Aggregated, profile, bus2).await;
+    eventually(
+        "credits on once a peer is seen",
+        Duration::from_secs(5),
+        || async {
+            router
+                .observe()
+                .await
+                .is_ok_and(|s| s.scheduler.ledger.room_credits)
+        },
+    )
+    .await;
+    peer.shutdown().await;
+    first.shutdown().await;
+}
+
 /// What the fleet committed on each rank is within `bound`; then the nodes stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_credits_three_aggregated_replicas_admit_past_the_prefill_line() {
@@ -190,6 +237,13 @@ async fn burst(
         },
     )
     .await;
+
+    // Credits bound the ledgers once a replica has peers (and only when switched on).
+    for node in &nodes {
+        let router = node.router(pool).expect("room pool");
+        let snap = router.observe().await.expect("router alive");
+        assert_eq!(snap.scheduler.ledger.room_credits, room_credits);
+    }
 
     let admitted = Arc::new(AtomicUsize::new(0));
     let mut burst = Vec::new();

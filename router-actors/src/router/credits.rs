@@ -84,21 +84,36 @@ impl RouterState {
     /// Takes part in room credits: the ledger's headroom is bounded by the credits the
     /// (possibly older) agent holds.
     pub(super) fn start_credits(&mut self, args: &CreditsArgs) {
-        self.router.enable_credits();
-        let credits = CreditsState::new(args);
-        let held = credits.with(|a| a.all_held());
-        self.router.apply_credits(held, false);
-        self.credits = Some(credits);
+        self.credits = Some(CreditsState::new(args));
         let peers = args.peers.borrow().clone();
         self.credit_peers(peers);
     }
 
-    /// The pool's live peers changed.
+    /// The pool's live peers changed. Credits bound the ledger only while there are peers:
+    /// a router alone sees every booking of its pool, and its lines alone are exact (credits
+    /// would only narrow where it may place). The agent runs either way, so it owns its
+    /// ranks and knows what it holds when peers come.
     pub(super) fn credit_peers(&mut self, peers: Vec<RouterId>) {
         let now = self.clock().now();
-        if let Some(credits) = &mut self.credits {
-            let outs = credits.with(|a| a.set_peers(peers, now));
-            credits.send(outs);
+        let alone = peers.is_empty();
+        let Some(credits) = &mut self.credits else {
+            return;
+        };
+        let outs = credits.with(|a| a.set_peers(peers, now));
+        credits.send(outs);
+        let enabled = self.router.ledger().credits_enabled();
+        if alone && enabled {
+            if self.router.disable_credits() {
+                self.drain();
+            }
+        } else if !alone && !enabled {
+            self.router.enable_credits();
+            let held = self
+                .credits
+                .as_ref()
+                .map(|c| c.with(|a| a.all_held()))
+                .unwrap_or_default();
+            self.router.apply_credits(held, false);
         }
     }
 

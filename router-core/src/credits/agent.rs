@@ -5,8 +5,8 @@
 //! leave it.
 
 use super::owner_of;
+use super::{Ask, CreditHolder, CreditKey, CreditKind, CreditOwner, GrantDecision};
 use super::{CreditCounters, CreditMsg, CreditOut, CreditSnapshot, HeldReport};
-use super::{CreditHolder, CreditKey, CreditKind, CreditOwner, GrantDecision};
 use crate::admission::RoomWant;
 use crate::eligibility::Eligibility;
 use crate::ids::{ClassId, RankId, RouterId};
@@ -228,7 +228,12 @@ impl CreditAgent {
         now: Timestamp,
     ) -> Vec<CreditOut> {
         self.holder.set_used(key, ledger.own_use(key));
-        let missing = need.saturating_sub(self.holder.spare(key));
+        let spare = self.holder.spare(key);
+        let missing = need.saturating_sub(spare);
+        let ask = Ask {
+            need: missing,
+            using: spare.min(need),
+        };
         if missing == 0 {
             return Vec::new();
         }
@@ -248,7 +253,7 @@ impl CreditAgent {
         }
         if owner == self.me {
             if let GrantDecision::Granted { blocks, seq } =
-                self.decide(key, self.me, class, missing, ledger, now)
+                self.decide(key, self.me, class, ask, ledger, now)
                 && let Some(ack) = self.holder.granted(self.me, key, blocks, seq)
             {
                 self.owner.held(self.me, ack);
@@ -266,6 +271,7 @@ impl CreditAgent {
                 class,
                 need: missing,
                 kind: key.kind,
+                using: ask.using,
             },
         }]
     }
@@ -276,7 +282,7 @@ impl CreditAgent {
         key: CreditKey,
         holder: RouterId,
         class: ClassId,
-        need: u64,
+        ask: Ask,
         ledger: &BookingLedger,
         now: Timestamp,
     ) -> GrantDecision {
@@ -287,8 +293,8 @@ impl CreditAgent {
         match room {
             Some((Some(line), committed)) => {
                 let members = self.members.len();
-                self.owner.grant(
-                    key.rank, key.kind, holder, need, line, committed, members, now,
+                self.owner.grant_ask(
+                    key.rank, key.kind, holder, ask, line, committed, members, now,
                 )
             }
             // No line for the class there (or an unknown rank): nothing to hold back, but
@@ -311,9 +317,11 @@ impl CreditAgent {
                 class,
                 need,
                 kind,
+                using,
             } => {
                 let key = CreditKey { rank, kind };
-                let answer = match self.decide(key, from, class, need, ledger, now) {
+                let ask = Ask { need, using };
+                let answer = match self.decide(key, from, class, ask, ledger, now) {
                     GrantDecision::Granted { blocks, seq } => {
                         self.counters.grants_given += 1;
                         CreditMsg::Grant {

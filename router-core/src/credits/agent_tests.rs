@@ -288,12 +288,13 @@ mod input {
         });
         let kind = prop_oneof![Just(CreditKind::Decode), Just(CreditKind::Prefill)];
         prop_oneof![
-            (rank.clone(), 0u16..3, number(), kind.clone()).prop_map(
-                |(rank, class, need, kind)| CreditMsg::Ask {
+            (rank.clone(), 0u16..3, number(), kind.clone(), number()).prop_map(
+                |(rank, class, need, kind, using)| CreditMsg::Ask {
                     rank,
                     class: ClassId(class),
                     need,
                     kind,
+                    using,
                 }
             ),
             (rank.clone(), number(), number(), kind.clone()).prop_map(

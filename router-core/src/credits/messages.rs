@@ -19,6 +19,9 @@ pub enum CreditMsg {
         need: u64,
         #[serde(default)]
         kind: CreditKind,
+        /// Spare credits the holder already has there and puts into the same request.
+        #[serde(default)]
+        using: u64,
     },
     /// Owner → holder.
     Grant {
@@ -48,11 +51,13 @@ impl CreditMsg {
                 class,
                 need,
                 kind,
+                using,
             } => Self::Ask {
                 rank,
                 class,
                 need: need.min(MAX_BOOKED),
                 kind,
+                using: using.min(MAX_BOOKED),
             },
             Self::Grant {
                 rank,

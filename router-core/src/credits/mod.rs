@@ -46,7 +46,7 @@ mod tests;
 pub use agent::{ASK_TIMEOUT, CreditAgent, SPARE_HOLD};
 pub use holder::{CreditHolder, HeldRankSnapshot, HeldReport};
 pub use messages::{CreditCounters, CreditMsg, CreditOut, CreditSnapshot};
-pub use owner::{CreditOwner, GrantDecision, OwnedRankSnapshot};
+pub use owner::{Ask, CreditOwner, GrantDecision, OwnedRankSnapshot};
 
 use crate::ids::{RankId, RouterId};
 use serde::{Deserialize, Serialize};

@@ -8,6 +8,14 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::time::Duration;
 
+/// What a holder asks for: `need` more, on top of `using` spare credits it already holds and
+/// puts into the same request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    pub need: u64,
+    pub using: u64,
+}
+
 /// The answer to a holder asking for credits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "decision")]
@@ -144,6 +152,27 @@ impl CreditOwner {
         members: usize,
         now: Timestamp,
     ) -> GrantDecision {
+        let ask = Ask { need, using: 0 };
+        self.grant_ask(rank, kind, holder, ask, line, committed, members, now)
+    }
+
+    /// [`CreditOwner::grant`] for an ask that also puts `ask.using` spare credits the holder
+    /// already has into the same request. Those count as taken for a decode grant (they are
+    /// part of what the request commits), but not when judging whether a rank is prefill-busy
+    /// before the request: one router looks at the load before it admits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grant_ask(
+        &mut self,
+        rank: RankId,
+        kind: CreditKind,
+        holder: RouterId,
+        ask: Ask,
+        line: u64,
+        committed: u64,
+        members: usize,
+        now: Timestamp,
+    ) -> GrantDecision {
+        let Ask { need, using } = ask;
         let Some(owned) = self.ranks.get_mut(&rank) else {
             return GrantDecision::NotOwned;
         };
@@ -155,11 +184,19 @@ impl CreditOwner {
                 .unacked
                 .retain(|&(_, _, at)| now.saturating_since(at) < GRANT_TTL);
         }
-        let taken = owned.outstanding(kind).max(committed);
+        let outstanding = owned.outstanding(kind);
+        let taken = outstanding.max(committed);
         let free = line.saturating_sub(taken);
+        // The holder's own spare, as far as this owner counts it.
+        let using = using.min(
+            owned
+                .holders
+                .get(&(holder, kind))
+                .map_or(0, HolderEntry::counted),
+        );
         let fits = match kind {
             CreditKind::Decode => need <= free,
-            CreditKind::Prefill => taken <= line,
+            CreditKind::Prefill => (outstanding - using).max(committed) <= line,
         };
         if !fits || need == 0 {
             return GrantDecision::NoRoom { free };
@@ -176,7 +213,9 @@ impl CreditOwner {
             .push((seq, blocks, now));
         debug_assert!(match kind {
             CreditKind::Decode => owned.outstanding(kind) <= line.max(committed),
-            CreditKind::Prefill => owned.outstanding(kind) <= line.max(committed) + need,
+            CreditKind::Prefill => {
+                owned.outstanding(kind) <= line.max(committed) + using + need.max(free)
+            }
         });
         GrantDecision::Granted { blocks, seq }
     }

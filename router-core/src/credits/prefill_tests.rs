@@ -324,3 +324,35 @@ fn a_replica_cut_off_from_the_bus_keeps_what_it_holds_and_gives_it_back_once_rec
     deliver(&mut replicas, &mut wire, now, usize::MAX);
     assert_eq!(replicas[at].agent.spares().count(), 0);
 }
+
+#[test]
+fn credits_switched_off_leave_the_lines_alone_to_bound_the_room() {
+    let (mut replicas, _) = fleet(1);
+    let r = &mut replicas[0];
+    // With credits on and none held, the gate is closed.
+    assert!(
+        r.ledger
+            .class_gate(CLASS, 10, 700, &Eligibility::ANY)
+            .is_err()
+    );
+    assert!(r.ledger.snapshot().room_credits);
+    // Off (a router alone in its pool): the gate opens on the lines alone, and the room
+    // epoch rises so waiting gates look again.
+    let epoch = r.ledger.room_epoch();
+    assert!(r.ledger.disable_credits());
+    assert!(r.ledger.room_epoch() > epoch);
+    assert!(!r.ledger.snapshot().room_credits);
+    assert!(
+        r.ledger
+            .class_gate(CLASS, 10, 700, &Eligibility::ANY)
+            .is_ok()
+    );
+    assert!(!r.ledger.disable_credits(), "already off");
+    // On again: nothing held yet.
+    r.ledger.enable_credits(r.id, true);
+    assert!(
+        r.ledger
+            .class_gate(CLASS, 10, 700, &Eligibility::ANY)
+            .is_err()
+    );
+}

@@ -56,6 +56,27 @@ impl BookingLedger {
         self.epoch += 1;
     }
 
+    /// Turns room credits off again (a router alone in its pool): the lines alone bound the
+    /// room, as without credits. True when credits were on (the room may have grown).
+    pub fn disable_credits(&mut self) -> bool {
+        if self.credit_owner.take().is_none() {
+            return false;
+        }
+        self.prefill_credits = false;
+        for slot in 0..self.slots.len() {
+            if let Some(rank) = self.slots[slot].as_mut() {
+                rank.credit_held = None;
+                rank.own_blocks = 0;
+                rank.prefill_credit_held = None;
+                rank.own_prefill = 0;
+            }
+            self.refresh(slot);
+        }
+        self.epoch += 1;
+        self.room_epoch += 1;
+        true
+    }
+
     pub fn credits_enabled(&self) -> bool {
         self.credit_owner.is_some()
     }

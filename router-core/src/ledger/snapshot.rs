@@ -24,6 +24,8 @@ pub struct LedgerSnapshot {
     pub epoch: u64,
     pub room_epoch: u64,
     pub counters: LedgerCounters,
+    /// Room credits bound this ledger (a replica with peers; see `crate::credits`).
+    pub room_credits: bool,
 }
 
 impl LedgerSnapshot {
@@ -57,6 +59,7 @@ impl BookingLedger {
             epoch: self.epoch,
             room_epoch: self.room_epoch,
             counters: self.counters.clone(),
+            room_credits: self.credit_owner.is_some(),
         }
     }
 

@@ -157,6 +157,12 @@ impl PoolRouter {
         }
     }
 
+    /// Room credits off: a router alone in its pool judges the lines on its own ledger, which
+    /// holds every booking there is. True when that may have opened the gate (drain).
+    pub fn disable_credits(&mut self) -> bool {
+        self.scheduler.ledger_mut().disable_credits()
+    }
+
     /// Room credits on (`crate::credits`): this router's class headroom on every rank is
     /// also bounded by the credits it holds there.
     pub fn enable_credits(&mut self) {
