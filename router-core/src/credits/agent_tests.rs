@@ -8,7 +8,6 @@ use crate::ids::{BookingKey, ClassId, RequestId};
 use crate::ledger::{BookingLedger, Reservation};
 use crate::policy::PolicyProfile;
 use crate::time::Timestamp;
-use crate::worker::WorkerSpec;
 use std::collections::VecDeque;
 
 const INTERACTIVE: ClassId = ClassId(0);
@@ -36,16 +35,7 @@ struct Replica {
 }
 
 fn replica(n: u128) -> Replica {
-    let id = RouterId(uuid::Uuid::from_u128(n));
-    let mut ledger = BookingLedger::new(&profile());
-    for w in [1, 2] {
-        ledger
-            .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
-            .expect("a valid worker");
-    }
-    ledger.enable_credits(id, false);
-    let mut agent = CreditAgent::new(id, Duration::from_millis(5));
-    agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
+    let (id, agent, ledger) = super::test_replica::parts(n, &profile(), false);
     Replica {
         id,
         agent,

@@ -41,6 +41,8 @@ mod agent_tests;
 #[cfg(test)]
 mod prefill_tests;
 #[cfg(test)]
+mod test_replica;
+#[cfg(test)]
 mod tests;
 
 pub use agent::{ASK_TIMEOUT, CreditAgent, SPARE_HOLD};

@@ -11,7 +11,6 @@ use crate::ids::{BookingKey, ClassId, RankId, RequestId};
 use crate::ledger::{Booking, BookingLedger};
 use crate::policy::PolicyProfile;
 use crate::time::Timestamp;
-use crate::worker::WorkerSpec;
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
@@ -46,16 +45,7 @@ struct Replica {
 fn fleet(n: u128) -> (Vec<Replica>, VecDeque<(RouterId, CreditOut)>) {
     let mut replicas: Vec<Replica> = (1..=n)
         .map(|i| {
-            let id = RouterId(uuid::Uuid::from_u128(i));
-            let mut ledger = BookingLedger::new(&profile());
-            for w in [1, 2] {
-                ledger
-                    .upsert_worker(WorkerSpec::new(w, 1, 1024, 4096))
-                    .expect("a valid worker");
-            }
-            ledger.enable_credits(id, true);
-            let mut agent = CreditAgent::new(id, Duration::from_millis(5));
-            agent.set_ranks(ledger.rank_ids().collect::<Vec<_>>(), Timestamp::ZERO);
+            let (id, agent, ledger) = super::test_replica::parts(i, &profile(), true);
             Replica {
                 id,
                 agent,
