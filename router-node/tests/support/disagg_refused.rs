@@ -30,7 +30,7 @@ async fn retries(fe: &Frontend) -> f64 {
 
 /// One request, streamed or not, that must succeed with all its tokens.
 async fn completes(fe: &Frontend, n: u32) {
-    let stream = n % 2 == 0;
+    let stream = n.is_multiple_of(2);
     let response = fe
         .post("/v1/completions")
         .json(
