@@ -24,6 +24,7 @@
 
 pub mod bus;
 pub mod clock;
+mod couriers;
 pub mod credit_bus;
 pub mod edge;
 pub mod kv_events;
@@ -47,7 +48,8 @@ mod workers_tests;
 pub use clock::Clock;
 pub use kv_events::{KvEventsActor, KvEventsArgs, KvEventsHandle, KvEventsMsg, kv_events_child};
 pub use lag::LagSummary;
-pub use node::{Node, NodeConfig, NodeError, Topology};
+pub use liveness::Liveness;
+pub use node::{DEFAULT_LIVENESS_GRACE, Node, NodeConfig, NodeError, Topology};
 pub use peer_sync::{
     DeltaFeed, PeerSyncActor, PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, PeerSyncMsg,
     peer_sync_child,

@@ -13,24 +13,26 @@
 //! Every child is a [`ChildSpec`](crate::supervisor::ChildSpec) that spawns its actor linked to the supervisor from
 //! arguments it can build again, and points the child's [`ActorSlot`] at it; the node keeps
 //! only slot-backed handles, so every handle follows a restart. A child that fails too often
-//! makes the supervisor escalate: it stops, and [`Node::alive`] turns false (`/health` fails;
-//! the process supervisor — e.g. Kubernetes — restarts the process, and peers expire its
-//! bookings after its lease).
+//! makes the supervisor escalate: it stops, and [`Node::alive`] turns to `Failed` (`/health`
+//! fails; the process supervisor — e.g. Kubernetes — restarts the process, and peers expire
+//! its bookings after its lease). So does a child gone and not restarted within
+//! `liveness_grace`, or a room or credit courier task that ended (`liveness.rs`).
 
 use crate::bus::Bus;
 use crate::clock::Clock;
-use crate::credit_bus::{CreditBusCounters, spawn_credit_publisher, spawn_credit_subscriber};
+use crate::couriers::{Couriers, spawn_couriers};
+use crate::credit_bus::CreditBusCounters;
 use crate::kv_events::{KvEventsArgs, KvEventsConfig, KvEventsHandle, kv_events_child};
-use crate::liveness::{readiness, watch_alive};
+use crate::liveness::{Liveness, Watched, readiness, watch_alive};
 use crate::peer_sync::{PeerSyncArgs, PeerSyncConfig, PeerSyncHandle, peer_sync_child};
 use crate::registry::{
     EndpointAllowList, RegistryArgs, RegistryConfig, RegistryHandle, RegistryShared, registry_child,
 };
-use crate::room_bus::{RoomBusCounters, spawn_room_publisher, spawn_room_subscriber};
+use crate::room_bus::RoomBusCounters;
 use crate::room_view::room_channel;
 use crate::router::{CreditsArgs, OwnDelta, Paired, RouterArgs, RouterHandle, router_child};
 use crate::supervisor::{
-    ActorSlot, DEFAULT_CALL_TIMEOUT, InflightRegistry, NodeSupervisor, RestartPolicy,
+    ActorSlot, ChildBoard, DEFAULT_CALL_TIMEOUT, InflightRegistry, NodeSupervisor, RestartPolicy,
     SupervisorArgs, SupervisorMsg,
 };
 use crate::wire::Subjects;
@@ -44,6 +46,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+/// How long a child may stay down past its restart's due time before the node is not alive.
+pub const DEFAULT_LIVENESS_GRACE: Duration = Duration::from_secs(10);
 
 /// Room-credit messages waiting for the courier; past this they are dropped and counted
 /// (periodic reports repair the loss).
@@ -85,6 +90,9 @@ pub struct NodeConfig {
     pub allowed_endpoints: EndpointAllowList,
     pub kv_events: KvEventsConfig,
     pub restart: RestartPolicy,
+    /// How long a child of the supervisor may be without a running actor past its restart's
+    /// due time before the node stops being alive (`/health` fails naming it).
+    pub liveness_grace: Duration,
     /// How long a handle waits for an actor's answer to a call (`observe` and the like;
     /// not `route`): a stuck actor is then an error, never a hang.
     pub call_timeout: Duration,
@@ -124,6 +132,7 @@ impl NodeConfig {
             allowed_endpoints: EndpointAllowList::default(),
             kv_events: KvEventsConfig::default(),
             restart: RestartPolicy::default(),
+            liveness_grace: DEFAULT_LIVENESS_GRACE,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             seed: 0,
             extra_children: Vec::new(),
@@ -145,8 +154,8 @@ pub enum NodeError {
 pub struct Node {
     pub config: NodeConfig,
     supervisor: ActorRef<SupervisorMsg>,
-    /// True while the supervisor runs; false once it escalated or stopped.
-    alive: watch::Receiver<bool>,
+    /// Alive while the supervisor runs and every required part is there.
+    alive: watch::Receiver<Liveness>,
     routers: Vec<(PoolRole, RouterHandle)>,
     peer_syncs: Vec<(PoolRole, PeerSyncHandle)>,
     kv_events: Vec<(PoolRole, KvEventsHandle)>,
@@ -316,62 +325,38 @@ impl Node {
         let registry =
             RegistryHandle::from_slot(slot, shared).with_call_timeout(config.call_timeout);
         children.extend(config.extra_children.iter().cloned());
+        let board = ChildBoard::new();
         let (supervisor, supervisor_done) = Actor::spawn(
             None,
             NodeSupervisor,
             SupervisorArgs {
                 children,
                 policy: config.restart,
+                board: board.clone(),
             },
         )
         .await?;
-        let alive = watch_alive(supervisor_done);
-        let mut tasks = Vec::new();
-        if config.topology == Topology::Disaggregated
-            && let Some((_, prefill)) = routers.iter().find(|(p, _)| *p == PoolRole::Prefill)
-        {
-            let sender = config.router_id.0;
-            tasks.push(spawn_room_publisher(
-                Arc::clone(&bus),
-                subjects.clone(),
-                sender,
-                room_in.clone(),
-                Arc::clone(&room_counters),
-            ));
-            tasks.push(
-                spawn_room_subscriber(
-                    Arc::clone(&bus),
-                    subjects.clone(),
-                    sender,
-                    prefill.clone(),
-                    Arc::clone(&room_counters),
-                )
-                .await?,
-            );
-        }
-        if let Some((pool, outgoing, _)) = credit_link
-            && let Some((_, router)) = routers.iter().find(|(p, _)| *p == pool)
-        {
-            tasks.push(spawn_credit_publisher(
-                Arc::clone(&bus),
-                subjects.clone(),
-                pool,
-                config.router_id,
-                outgoing,
-                Arc::clone(&credit_counters),
-            ));
-            tasks.push(
-                spawn_credit_subscriber(
-                    Arc::clone(&bus),
-                    subjects.clone(),
-                    pool,
-                    config.router_id,
-                    router.clone(),
-                    Arc::clone(&credit_counters),
-                )
-                .await?,
-            );
-        }
+        let couriers = spawn_couriers(Couriers {
+            config: &config,
+            bus: &bus,
+            subjects: &subjects,
+            routers: &routers,
+            room_in: &room_in,
+            room_counters: &room_counters,
+            credit_counters: &credit_counters,
+            credit_link: credit_link.map(|(pool, outgoing, _)| (pool, outgoing)),
+        })
+        .await?;
+        let alive = watch_alive(Watched {
+            supervisor_done,
+            board,
+            tasks: couriers
+                .iter()
+                .map(|(name, task)| (name.clone(), task.abort_handle()))
+                .collect(),
+            grace: config.liveness_grace,
+        });
+        let mut tasks: Vec<JoinHandle<()>> = couriers.into_iter().map(|(_, t)| t).collect();
         let ready = readiness(&peer_syncs, registry.known_workers(), &mut tasks);
         Ok(Node {
             config,
@@ -440,15 +425,17 @@ impl Node {
         &self.supervisor
     }
 
-    /// True while the node's supervisor runs: every required actor is there or being
-    /// restarted. False once it escalated (a child failed past its restart budget) or
-    /// stopped; the node then serves nothing (`/health` answers 503).
-    pub fn alive(&self) -> watch::Receiver<bool> {
+    /// `Alive` while the node's supervisor runs, every child of it is running or being
+    /// restarted, and every courier task runs. `Failed`, with a reason naming what is gone,
+    /// once the supervisor escalated (a child failed past its restart budget) or stopped, a
+    /// child has been down `liveness_grace` past its restart's due time, or a courier ended;
+    /// the node then cannot route (`/health` answers 503).
+    pub fn alive(&self) -> watch::Receiver<Liveness> {
         self.alive.clone()
     }
 
     pub fn is_alive(&self) -> bool {
-        *self.alive.borrow()
+        self.alive.borrow().is_alive()
     }
 
     /// Ready once every pool's peer sync has its starting snapshots and a worker is known.
@@ -477,8 +464,11 @@ impl Node {
             task.abort();
         }
         self.supervisor.stop(Some("node shutdown".into()));
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.alive.wait_for(|alive| !*alive))
-            .await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.alive.wait_for(|alive| !alive.is_alive()),
+        )
+        .await;
     }
 }
 

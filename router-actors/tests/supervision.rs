@@ -203,16 +203,25 @@ async fn a_node_whose_supervisor_escalates_is_no_longer_alive_and_calls_fail() {
     };
     let node = start(c, &bus).await;
     let mut alive = node.alive();
-    assert!(*alive.borrow());
+    assert!(alive.borrow().is_alive());
     let router = node.router(POOL).expect("pool").clone();
     router
         .cast(RouterMsg::InjectFault("past the budget".into()))
         .expect("alive");
-    tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| !*a))
+    tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| !a.is_alive()))
         .await
         .expect("escalation seen in time")
         .expect("watch open");
     assert!(!node.is_alive());
+    // The reason names the child that failed too often, and why.
+    let reason = alive
+        .borrow()
+        .reason()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(reason.contains("supervisor gave up"), "{reason}");
+    assert!(reason.contains("router-agg"), "{reason}");
+    assert!(reason.contains("past the budget"), "{reason}");
     // Every child went with the supervisor: calls through the node's handles fail.
     let sync = node.peer_sync(POOL).expect("pool");
     eventually("peer sync gone", Duration::from_secs(1), || async {
@@ -257,4 +266,48 @@ async fn a_stopped_registry_or_kv_events_actor_is_restarted_behind_the_same_hand
     .await;
     assert!(node.is_alive());
     node.shutdown().await;
+}
+
+/// A required actor gone and not being restarted: the supervisor is stuck restarting another
+/// child (its start never ends), so the router that fails meanwhile stays gone. The node
+/// stops being alive once the grace has passed, naming both; while the grace runs it is
+/// still alive (a child being restarted is not a failure).
+#[tokio::test(start_paused = true)]
+async fn a_required_actor_gone_and_not_restarted_makes_the_node_not_alive_naming_it() {
+    use router_actors::testkit::StuckChild;
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+    let mut c = config(1);
+    let (spec, stuck) = StuckChild::spec("stuck-child");
+    c.extra_children.push(spec);
+    c.liveness_grace = Duration::from_secs(3);
+    let node = start(c, &bus).await;
+    let _links = workers(&bus, &[1]).await;
+    ready(&node).await;
+    let router = node.router(POOL).expect("pool").clone();
+
+    stuck.stop();
+    router
+        .cast(RouterMsg::InjectFault("gone for good".into()))
+        .expect("alive");
+    // Within the grace (past the restart's backoff): still alive.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(node.is_alive(), "{:?}", *node.alive().borrow());
+    assert!(router.observe().await.is_err(), "the router is gone");
+    let mut alive = node.alive();
+    tokio::time::timeout(Duration::from_secs(5), alive.wait_for(|a| !a.is_alive()))
+        .await
+        .expect("seen in time")
+        .expect("watch open");
+    let reason = alive
+        .borrow()
+        .reason()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(reason.contains("actor router-agg gone"), "{reason}");
+    assert!(reason.contains("actor stuck-child gone"), "{reason}");
+    assert!(
+        !reason.contains("peer-sync"),
+        "running children are not named: {reason}"
+    );
+    node.kill().await;
 }

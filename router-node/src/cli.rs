@@ -41,8 +41,10 @@ enum Command {
     /// Link a real engine (vLLM, SGLang) to the routers over NATS: announce it, relay its KV
     /// events and load, and take it out of the fleet when it stops answering.
     Link(Box<router_node::link::LinkArgs>),
-    /// Replay a Mooncake trace against an OpenAI endpoint, open loop, and report TTFT / ITL /
-    /// end-to-end percentiles, throughput, shed rate and prefix hit rate per class.
+    /// Replay a Mooncake trace (or send synthetic load at a constant rate) against an OpenAI
+    /// endpoint, open loop, and report TTFT / ITL / end-to-end percentiles, throughput, shed
+    /// rate and prefix hit rate per class. Ctrl-C or SIGTERM stops sending; the requests
+    /// already sent finish and are reported (a second Ctrl-C exits at once).
     Bench(BenchArgs),
     /// Print the effective configuration (defaults, then the file, then the environment)
     /// as TOML.
@@ -95,18 +97,31 @@ struct ConfigArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("workload").required(true).args(["trace", "rate"]))]
 struct BenchArgs {
     /// The trace: Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`,
-    /// `hash_ids`).
+    /// `hash_ids`), plain or gzipped.
     #[arg(long, value_name = "PATH")]
-    trace: PathBuf,
+    trace: Option<PathBuf>,
+    /// Instead of a trace: synthetic load, this many requests per second, evenly spaced;
+    /// each prompt private to its request (`--prompt-tokens`), `--max-output-tokens` output
+    /// tokens.
+    #[arg(long, value_name = "PER_SECOND", conflicts_with = "trace")]
+    rate: Option<f64>,
+    /// With --rate: send for this many seconds (default: until --max-requests, Ctrl-C or
+    /// SIGTERM).
+    #[arg(long, value_name = "SECONDS", requires = "rate")]
+    duration: Option<f64>,
+    /// With --rate: prompt tokens of every request.
+    #[arg(long, default_value_t = 256, requires = "rate", value_parser = clap::value_parser!(u64).range(1..=2_097_152))]
+    prompt_tokens: u64,
     /// The endpoint's base URL (requests go to URL/v1/completions).
     #[arg(long, value_name = "BASE_URL")]
     url: String,
-    /// Divide every arrival time by this.
+    /// Divide every arrival time of the trace by this.
     #[arg(long, default_value_t = 1.0)]
     speedup: f64,
-    /// Replay only the first N records.
+    /// Replay only the first N records (with --rate: send at most N requests).
     #[arg(long, value_name = "N")]
     max_requests: Option<usize>,
     /// Send every request in this policy class (`x-policy-class`).
@@ -115,7 +130,8 @@ struct BenchArgs {
     /// A seeded weighted class per request, e.g. interactive=3,batch=1.
     #[arg(long, value_name = "NAME=WEIGHT,...")]
     classes: Option<String>,
-    /// Cap on each request's `max_tokens` (the trace's output_length otherwise).
+    /// Cap on each request's `max_tokens` (the trace's output_length otherwise; with --rate,
+    /// every request's `max_tokens`).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     max_output_tokens: u64,
     /// Prompt tokens per trace hash id.
@@ -127,10 +143,15 @@ struct BenchArgs {
     /// Also write the result as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// In the JSON file, also list every request: its send time (ms after
+    /// `started_unix_ms`), class, outcome (ok / shed / error), HTTP status, reason, TTFT and
+    /// end-to-end time.
+    #[arg(long, requires = "json")]
+    per_request: bool,
     /// Longest one request may take end to end.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_secs: u64,
-    /// Seed of the weighted class draw.
+    /// Seed of the weighted class draw (and of the synthetic prompts).
     #[arg(long, default_value_t = 7)]
     seed: u64,
 }
@@ -178,7 +199,7 @@ fn print_config(args: &ConfigArgs) -> ExitCode {
 }
 
 fn run_bench(args: BenchArgs) -> ExitCode {
-    use router_node::bench::{self, BenchOptions, ClassChoice};
+    use router_node::bench::{self, BenchOptions, ClassChoice, Synthetic, Workload};
     let classes = match (args.class, args.classes.as_deref()) {
         (Some(name), _) => ClassChoice::Fixed(name),
         (None, Some(spec)) => match ClassChoice::parse_weights(spec) {
@@ -190,7 +211,26 @@ fn run_bench(args: BenchArgs) -> ExitCode {
         },
         (None, None) => ClassChoice::Default,
     };
+    let workload = match (args.trace, args.rate) {
+        (Some(trace), _) => Workload::Trace(trace),
+        (None, rate) => {
+            let duration = match args.duration.map(std::time::Duration::try_from_secs_f64) {
+                None => None,
+                Some(Ok(d)) if !d.is_zero() => Some(d),
+                Some(_) => {
+                    eprintln!("router-node bench: --duration must be a positive number of seconds");
+                    return ExitCode::from(2);
+                }
+            };
+            Workload::Synthetic(Synthetic {
+                rate: rate.unwrap_or(0.0),
+                duration,
+                prompt_tokens: args.prompt_tokens,
+            })
+        }
+    };
     let opts = BenchOptions {
+        workload,
         speedup: args.speedup,
         max_requests: args.max_requests,
         classes,
@@ -201,7 +241,8 @@ fn run_bench(args: BenchArgs) -> ExitCode {
         timeout: std::time::Duration::from_secs(args.timeout_secs),
         seed: args.seed,
         progress: true,
-        ..BenchOptions::new(args.trace, args.url)
+        per_request: args.per_request,
+        ..BenchOptions::new(PathBuf::new(), args.url)
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -213,7 +254,7 @@ fn run_bench(args: BenchArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(bench::run(&opts)) {
+    match runtime.block_on(async { bench::run_until(&opts, stop_signal()).await }) {
         Ok(report) => {
             print!("{}", report.render_table());
             if report.all_transport_failures() {
@@ -230,6 +271,24 @@ fn run_bench(args: BenchArgs) -> ExitCode {
             eprintln!("router-node bench: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// Resolves at the first Ctrl-C or SIGTERM (the handlers are installed at the call); a
+/// second one exits the process at once (130). Call it inside the runtime.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    let first = router_node::serve::shutdown_signal();
+    async move {
+        first.await;
+        eprintln!(
+            "router-node bench: stopping: no more requests sent, waiting for those in flight"
+        );
+        let second = router_node::serve::shutdown_signal();
+        tokio::spawn(async move {
+            second.await;
+            eprintln!("router-node bench: stopped without waiting");
+            std::process::exit(130);
+        });
     }
 }
 

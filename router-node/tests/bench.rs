@@ -1,6 +1,7 @@
-//! `router-node bench` end to end: a trace replayed over real HTTP against a router node in
-//! front of a simulated engine (`bench::run`, the library function behind the command). The
-//! binary's exit codes are tested with the whole-system tests (`tests/tests/bench_cli.rs`).
+//! `router-node bench` end to end: a trace replayed, and synthetic constant-rate load stopped
+//! midway, over real HTTP against a router node in front of a simulated engine (`bench::run`
+//! and `bench::run_until`, the library functions behind the command). The binary's exit codes
+//! are tested with the whole-system tests (`tests/tests/bench_cli.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use router_node::bench::{self, BenchOptions, BenchReport, ClassChoice};
+use router_node::bench::{self, BenchOptions, BenchReport, ClassChoice, RecordOutcome, Synthetic};
 use router_node::frontend::Limits;
 use support::{spawn_node, spawn_sim_worker};
 
@@ -101,5 +102,54 @@ async fn a_replay_accounts_for_every_request_and_sees_the_shared_prefix() {
         table.contains("interactive") && table.contains("ttft p50"),
         "{table}"
     );
+    node.assert_idle().await;
+}
+
+#[tokio::test]
+async fn synthetic_load_stopped_midway_lists_every_request_it_sent() {
+    let worker = spawn_sim_worker(20.0).await;
+    let node = spawn_node(&[worker.endpoint()], Limits::default()).await;
+    let opts = BenchOptions {
+        max_output_tokens: 4,
+        timeout: Duration::from_secs(30),
+        per_request: true,
+        ..BenchOptions::synthetic(
+            Synthetic {
+                rate: 20.0,
+                duration: None,
+                prompt_tokens: 48,
+            },
+            node.url.clone(),
+        )
+    };
+    // No duration: it sends until stopped, here after 1 s.
+    let report = bench::run_until(&opts, tokio::time::sleep(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert!(report.interrupted, "{report:#?}");
+    let all = &report.overall;
+    assert!(
+        (15..=22).contains(&all.sent),
+        "about 20 in 1 s: {}",
+        all.sent
+    );
+    assert_eq!(all.ok, all.sent, "{report:#?}");
+    assert_eq!(all.output_tokens, 4 * all.sent);
+    assert_eq!(all.prompt_tokens, 48 * all.sent);
+    assert!(report.started_unix_ms > 1_600_000_000_000);
+    assert!(report.trace.contains("synthetic"), "{}", report.trace);
+    // One record per request, in send order, 50 ms apart.
+    let records = &report.requests;
+    assert_eq!(records.len() as u64, all.sent);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.index, i as u64);
+        assert_eq!(r.outcome, RecordOutcome::Ok, "{r:?}");
+        assert_eq!(r.status, Some(200));
+        assert_eq!(r.reason, None);
+        assert!(r.ttft_ms.is_some_and(|t| t <= r.e2e_ms), "{r:?}");
+        assert!(r.sent_ms < 1000.0, "{r:?}");
+    }
+    let gap = records[10].sent_ms - records[9].sent_ms;
+    assert!((40.0..70.0).contains(&gap), "{gap}");
     node.assert_idle().await;
 }

@@ -15,6 +15,8 @@ use support::{Fault, error_of};
 
 #[path = "support/disagg.rs"]
 mod disagg;
+#[path = "support/disagg_refused.rs"]
+mod disagg_refused;
 
 use disagg::*;
 /// The harness serves the vLLM convention (`kv_transfer_params`).
@@ -274,4 +276,14 @@ async fn a_decode_leg_refused_by_the_reject_thresholds_releases_both_pools() {
     );
     assert_eq!(first.await.unwrap(), 200);
     fe.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_refused_prefill_leg_is_placed_again_and_the_worker_ejected() {
+    disagg_refused::a_refused_prefill_leg_is_placed_on_the_other_prefill_worker().await;
+}
+
+#[tokio::test]
+async fn a_refused_decode_leg_is_placed_again_and_the_worker_ejected() {
+    disagg_refused::a_refused_decode_leg_is_placed_on_the_other_decode_worker().await;
 }

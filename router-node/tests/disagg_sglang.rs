@@ -19,6 +19,8 @@ use support::{Fault, error_of, spawn_faulty_worker};
 
 #[path = "support/disagg.rs"]
 mod disagg;
+#[path = "support/disagg_refused.rs"]
+mod disagg_refused;
 
 use disagg::*;
 
@@ -236,4 +238,14 @@ async fn a_prefill_leg_failing_after_the_decode_stream_began_cuts_it_and_release
     assert!(broken || !text.contains("[DONE]"), "{text}");
     assert!(text.contains("tok"), "the decode stream had begun: {text}");
     fe.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_refused_prefill_leg_is_placed_again_and_the_worker_ejected() {
+    disagg_refused::a_refused_prefill_leg_is_placed_on_the_other_prefill_worker().await;
+}
+
+#[tokio::test]
+async fn a_refused_decode_leg_is_placed_again_and_the_worker_ejected() {
+    disagg_refused::a_refused_decode_leg_is_placed_on_the_other_decode_worker().await;
 }

@@ -2,7 +2,8 @@
 //! class, clients that go away (mid-stream or while queued), workers that fail, cannot be
 //! reached or break mid-stream, a worker that keeps refusing connections (each refused
 //! request placed again elsewhere, the worker ejected after three), the node's concurrency
-//! limit, and a node whose supervisor gave up (`/health` fails). Every booking is released: after every test the router's
+//! limit, and a node whose supervisor gave up or whose router is gone and not restarted
+//! (`/health` fails naming it). Every booking is released: after every test the router's
 //! ledger is idle.
 
 #![allow(clippy::unwrap_used)]
@@ -255,8 +256,76 @@ async fn health_fails_once_the_nodes_supervisor_has_escalated() {
     assert_eq!(status, 503);
     let body: serde_json::Value = http.get(&url).send().await.unwrap().json().await.unwrap();
     assert_eq!(body["status"], "failed");
+    let reason = body["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("router-agg"), "names the child: {body}");
     assert!(!node.is_alive());
     node.shutdown().await;
+}
+
+/// `/health` also fails when a required actor is gone and not being restarted: here the
+/// supervisor hangs restarting another child, so the router that fails meanwhile stays gone.
+/// Within the liveness grace `/health` still answers 200 (a restart may be on its way); past
+/// it, 503 with a reason naming the router.
+#[tokio::test]
+async fn health_fails_naming_a_required_actor_that_is_gone_and_not_restarted() {
+    use router_actors::bus::local::LocalBus;
+    use router_actors::testkit::StuckChild;
+    use router_actors::{Node, NodeConfig, RouterMsg, Topology};
+    use router_core::{PolicyProfile, PoolRole, RouterId};
+    use router_node::frontend::{AppState, StaticDirectory, serve};
+    use std::sync::Arc;
+
+    let mut config = NodeConfig::new(
+        "health-gone-test",
+        RouterId(uuid::Uuid::from_u128(2)),
+        Topology::Aggregated,
+        PolicyProfile::fallback(),
+    );
+    let (spec, stuck) = StuckChild::spec("engine-link-0");
+    config.extra_children.push(spec);
+    config.liveness_grace = 600 * MS;
+    let node = Node::start(config, Arc::new(LocalBus::new()))
+        .await
+        .unwrap();
+    let router = node.router(PoolRole::Aggregated).unwrap().clone();
+    let state = AppState::new(
+        router.clone(),
+        Arc::new(StaticDirectory::default()),
+        PolicyProfile::fallback(),
+        Limits::default(),
+        node.ready(),
+    )
+    .unwrap()
+    .with_alive(node.alive());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/health", listener.local_addr().unwrap());
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
+
+    stuck.stop();
+    router
+        .cast(RouterMsg::InjectFault("gone for good".into()))
+        .unwrap();
+    let gone_at = std::time::Instant::now();
+    let body = loop {
+        let response = http.get(&url).send().await.unwrap();
+        if response.status() == 503 {
+            break response.json::<serde_json::Value>().await.unwrap();
+        }
+        assert!(gone_at.elapsed() < 10 * 1000 * MS, "/health still 200");
+        tokio::time::sleep(20 * MS).await;
+    };
+    // Not before the grace (past the restart's 50 ms backoff) has run out.
+    assert!(gone_at.elapsed() >= 600 * MS, "{:?}", gone_at.elapsed());
+    assert_eq!(body["status"], "failed");
+    let reason = body["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("actor router-agg gone"), "{body}");
+    assert!(reason.contains("not restarted"), "{body}");
+    node.kill().await;
 }
 
 #[tokio::test]

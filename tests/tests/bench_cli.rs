@@ -1,6 +1,7 @@
 //! `router-node bench` as a process: usage errors and malformed traces exit 2 with a message
-//! naming what is wrong, an unreachable endpoint exits 1 after trying every request, and the
-//! trace that ships with the project (`traces/conversation_trace.jsonl.gz`) is read as it is.
+//! naming what is wrong, an unreachable endpoint exits 1 after trying every request (of a
+//! trace, or of synthetic load, each listed with `--per-request`), and the trace that ships
+//! with the project (`traces/conversation_trace.jsonl.gz`) is read as it is.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -43,6 +44,19 @@ fn usage_and_trace_errors_exit_2_with_a_message() {
         (
             vec!["bench", "--trace", bad, "--url", url, "--speedup", "0"],
             "speedup",
+        ),
+        (vec!["bench", "--rate", "0", "--url", url], "--rate"),
+        (
+            vec!["bench", "--rate", "5", "--duration", "0", "--url", url],
+            "--duration",
+        ),
+        (
+            vec!["bench", "--rate", "5", "--trace", bad, "--url", url],
+            "cannot be used with",
+        ),
+        (
+            vec!["bench", "--rate", "5", "--per-request", "--url", url],
+            "--json",
         ),
         (
             vec!["bench", "--trace", bad, "--url", url, "--classes", "a=1,b"],
@@ -132,4 +146,37 @@ fn the_shipped_gzipped_trace_is_read_and_replayed() {
     let report: BenchReport =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report.overall.sent, 3);
+}
+
+#[test]
+fn synthetic_load_against_an_unreachable_endpoint_lists_every_failed_request() {
+    let dir = TempDir::new("bench");
+    let json = dir.path().join("result.json");
+    let out = router_node(&[
+        "bench",
+        "--rate",
+        "10",
+        "--duration",
+        "0.5",
+        "--prompt-tokens",
+        "16",
+        "--url",
+        "http://127.0.0.1:1",
+        "--json",
+        json.to_str().unwrap(),
+        "--per-request",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bench: started"), "{err}");
+    let report: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.overall.sent, 5, "10 per second for half a second");
+    assert_eq!(report.requests.len(), 5);
+    for (i, r) in report.requests.iter().enumerate() {
+        assert_eq!(r.index, i as u64);
+        assert_eq!(r.status, None, "no response: {r:?}");
+        assert_eq!(r.reason.as_deref(), Some("transport_error"), "{r:?}");
+        assert!((r.sent_ms - 100.0 * i as f64).abs() < 60.0, "{r:?}");
+    }
 }

@@ -2,9 +2,11 @@
 //! (with backoff, at most `max_restarts` per window) and escalates past the cap by stopping
 //! itself with the reason. A child is described by a [`ChildSpec`]: a name and a start
 //! function that spawns it linked to the supervisor and points the child's [`ActorSlot`] at the
-//! new actor, so every handle follows the restart. The rules are written down in
-//! `docs/runtime-semantics.md`.
+//! new actor, so every handle follows the restart. The supervisor also keeps a
+//! [`ChildBoard`] up to date (each child's actor, its restart when due, why it gave up) for
+//! the node's liveness watcher. The rules are written down in `docs/runtime-semantics.md`.
 
+mod board;
 mod inflight;
 mod policy;
 mod slot;
@@ -13,6 +15,7 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 
+pub use board::{ChildBoard, Missing};
 pub use inflight::InflightRegistry;
 pub use policy::{RestartBudget, RestartDecision, RestartPolicy};
 pub use slot::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT};
@@ -60,6 +63,9 @@ impl ChildSpec {
 pub struct SupervisorArgs {
     pub children: Vec<ChildSpec>,
     pub policy: RestartPolicy,
+    /// Where the supervisor says what its children are doing (`ChildBoard::default()` when
+    /// nobody watches).
+    pub board: ChildBoard,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +93,7 @@ struct Child {
 pub struct SupervisorState {
     children: Vec<Child>,
     stopping: bool,
+    board: ChildBoard,
 }
 
 #[derive(Debug)]
@@ -103,8 +110,9 @@ impl Actor for NodeSupervisor {
         args: SupervisorArgs,
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let mut children = Vec::with_capacity(args.children.len());
-        for spec in args.children {
+        for (i, spec) in args.children.into_iter().enumerate() {
             let cell = (spec.start)(myself.get_cell()).await?;
+            args.board.running(i, &spec.name, cell.clone());
             children.push(Child {
                 spec,
                 cell: Some(cell),
@@ -114,6 +122,7 @@ impl Actor for NodeSupervisor {
         Ok(SupervisorState {
             children,
             stopping: false,
+            board: args.board,
         })
     }
 
@@ -131,6 +140,7 @@ impl Actor for NodeSupervisor {
                 match (child.spec.start)(myself.get_cell()).await {
                     Ok(cell) => {
                         tracing::info!(child = %child.spec.name, restarts = child.budget.restarts, "child restarted");
+                        state.board.running(i, &child.spec.name, cell.clone());
                         child.cell = Some(cell);
                     }
                     Err(error) => {
@@ -210,13 +220,16 @@ fn schedule_restart(
         .on_failure(tokio::time::Instant::now())
     {
         RestartDecision::Restart { after } => {
+            state.board.down(i, tokio::time::Instant::now() + after);
             myself.send_after(after, move || SupervisorMsg::Restart(i));
         }
         RestartDecision::Escalate => {
             let name = &state.children[i].spec.name;
             tracing::error!(child = %name, %reason, "restart budget spent: escalating");
             state.stopping = true;
-            myself.stop(Some(format!("child {name} failed too often: {reason}")));
+            let why = format!("child {name} failed too often: {reason}");
+            state.board.gave_up(why.clone());
+            myself.stop(Some(why));
         }
     }
 }

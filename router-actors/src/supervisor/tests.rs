@@ -69,6 +69,7 @@ async fn a_router_that_fails_mid_load_is_restarted_with_its_bookings_and_nothing
         SupervisorArgs {
             children: vec![child],
             policy: RestartPolicy::default(),
+            board: ChildBoard::default(),
         },
     )
     .await
@@ -125,6 +126,7 @@ async fn a_child_that_keeps_failing_makes_the_supervisor_escalate() {
         SupervisorArgs {
             children: vec![child],
             policy,
+            board: ChildBoard::default(),
         },
     )
     .await

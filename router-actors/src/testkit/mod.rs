@@ -1,5 +1,6 @@
-//! Test support: a real nats-server for the tests of the NATS bus (spawns processes), and
-//! [`FaultBus`], fault injection around any real bus (chosen publishes dropped or duplicated).
+//! Test support: a real nats-server for the tests of the NATS bus (spawns processes),
+//! [`FaultBus`], fault injection around any real bus (chosen publishes dropped or duplicated),
+//! and [`StuckChild`], a supervisor child whose restart never finishes (liveness tests).
 //!
 //! [`NatsServer::start`] finds the binary, checks that it is nats-server >= 2.10, starts it
 //! on 127.0.0.1 on a port the server picks itself (`-p -1`, read back from its ports file, so
@@ -14,7 +15,9 @@
 //! need NATS fail with that message, they are never skipped.
 
 pub mod fault;
+pub mod stuck;
 pub use fault::{Fault, FaultBus};
+pub use stuck::StuckChild;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,16 +1,24 @@
-//! `router-node bench`: replays a Mooncake trace (`trace`) against any OpenAI-compatible
-//! endpoint, open loop, and measures it per policy class (`report`).
+//! `router-node bench`: replays a Mooncake trace (`trace`), or sends synthetic load at a
+//! constant rate (`workload`), against any OpenAI-compatible endpoint, open loop, and
+//! measures it per policy class (`report`).
 //!
 //! Every trace line becomes one streaming `POST {url}/v1/completions` whose `prompt` is token
 //! ids synthesised from the line's hash ids (shared hash ids, shared prefix), `max_tokens` =
 //! min(`output_length`, `max_output_tokens`), and an `x-policy-class` header (one class, a
 //! seeded weighted draw per request, or none). Open loop: request `i` is sent by its own
-//! task at `timestamp_i / speedup` after the start, whatever the earlier requests are doing.
-//! The streaming exchange and the latency histograms are `crate::loadgen`'s, shared with the
-//! HTTP demo.
+//! task at `timestamp_i / speedup` (synthetic: `i / rate`) after the start, whatever the
+//! earlier requests are doing. The streaming exchange and the latency histograms are
+//! `crate::loadgen`'s, shared with the HTTP demo.
+//!
+//! [`run_until`] stops sending when its `stop` future resolves (the command: the first
+//! Ctrl-C or SIGTERM); requests already sent still finish and are reported. With
+//! `per_request`, the report also lists every request (send time, class, outcome, status,
+//! reason, TTFT, end to end) so a run can be cut into phases by send time
+//! (`started_unix_ms` + `sent_ms`).
 
 pub mod report;
 pub mod trace;
+pub mod workload;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,8 +30,9 @@ use rand::{Rng as _, SeedableRng as _};
 use serde_json::json;
 use tokio::time::Instant;
 
-pub use report::{BenchReport, ClassStats, Finished};
+pub use report::{BenchReport, ClassStats, Finished, RecordOutcome, RequestRecord};
 pub use trace::{Trace, TraceRecord, prompt_tokens};
+pub use workload::{Synthetic, Workload};
 
 use crate::loadgen;
 
@@ -68,28 +77,19 @@ impl ClassChoice {
         Ok(Self::Weighted(out))
     }
 
-    /// The class of each of `n` requests (`None`: no header).
-    fn assign(&self, n: usize, seed: u64) -> Vec<Option<String>> {
-        match self {
-            Self::Default => vec![None; n],
-            Self::Fixed(name) => vec![Some(name.clone()); n],
-            Self::Weighted(weights) => {
-                let total: f64 = weights.iter().map(|(_, w)| w).sum();
-                let mut rng = SmallRng::seed_from_u64(seed);
-                (0..n)
-                    .map(|_| {
-                        let mut x = rng.random::<f64>() * total;
-                        for (name, w) in weights {
-                            if x < *w {
-                                return Some(name.clone());
-                            }
-                            x -= w;
-                        }
-                        weights.last().map(|(name, _)| name.clone())
-                    })
-                    .collect()
-            }
+    /// The classes of the requests in send order, drawn as they are sent.
+    fn drawer(&self, seed: u64) -> ClassDrawer<'_> {
+        ClassDrawer {
+            choice: self,
+            rng: SmallRng::seed_from_u64(seed),
         }
+    }
+
+    /// The class of each of `n` requests (`None`: no header).
+    #[cfg(test)]
+    fn assign(&self, n: usize, seed: u64) -> Vec<Option<String>> {
+        let mut drawer = self.drawer(seed);
+        (0..n).map(|_| drawer.next_class()).collect()
     }
 
     /// The classes in report order.
@@ -102,10 +102,37 @@ impl ClassChoice {
     }
 }
 
+/// Draws each request's class ([`ClassChoice`]), reproducibly from a seed.
+struct ClassDrawer<'a> {
+    choice: &'a ClassChoice,
+    rng: SmallRng,
+}
+
+impl ClassDrawer<'_> {
+    /// The next request's class (`None`: no header).
+    fn next_class(&mut self) -> Option<String> {
+        match self.choice {
+            ClassChoice::Default => None,
+            ClassChoice::Fixed(name) => Some(name.clone()),
+            ClassChoice::Weighted(weights) => {
+                let total: f64 = weights.iter().map(|(_, w)| w).sum();
+                let mut x = self.rng.random::<f64>() * total;
+                for (name, w) in weights {
+                    if x < *w {
+                        return Some(name.clone());
+                    }
+                    x -= w;
+                }
+                weights.last().map(|(name, _)| name.clone())
+            }
+        }
+    }
+}
+
 /// What `router-node bench` was asked for.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    pub trace: PathBuf,
+    pub workload: Workload,
     /// The endpoint's base URL (`http://host:port`, without `/v1`).
     pub url: String,
     /// Arrivals are `timestamp / speedup` after the start.
@@ -121,15 +148,26 @@ pub struct BenchOptions {
     /// Longest one request may take end to end.
     pub timeout: Duration,
     pub seed: u64,
-    /// Print a progress line to stderr every second.
+    /// Print a start line, then a progress line every second, to stderr.
     pub progress: bool,
+    /// List every request in the report (`requests`).
+    pub per_request: bool,
 }
 
 impl BenchOptions {
     /// The defaults of the command line for `trace` and `url`.
     pub fn new(trace: impl Into<PathBuf>, url: impl Into<String>) -> Self {
+        Self::with_workload(Workload::Trace(trace.into()), url)
+    }
+
+    /// The defaults of the command line for synthetic load and `url`.
+    pub fn synthetic(synthetic: Synthetic, url: impl Into<String>) -> Self {
+        Self::with_workload(Workload::Synthetic(synthetic), url)
+    }
+
+    fn with_workload(workload: Workload, url: impl Into<String>) -> Self {
         Self {
-            trace: trace.into(),
+            workload,
             url: url.into(),
             speedup: 1.0,
             max_requests: None,
@@ -141,6 +179,7 @@ impl BenchOptions {
             timeout: Duration::from_secs(600),
             seed: 7,
             progress: false,
+            per_request: false,
         }
     }
 }
@@ -176,8 +215,16 @@ impl BenchError {
     }
 }
 
-/// Replays the trace and returns (and with `json`, writes) the result.
+/// Replays the workload to its end and returns (and with `json`, writes) the result.
 pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    run_until(opts, std::future::pending()).await
+}
+
+/// [`run`], sending no more requests once `stop` resolves; those already sent finish.
+pub async fn run_until(
+    opts: &BenchOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<BenchReport, BenchError> {
     if !(opts.speedup.is_finite() && opts.speedup > 0.0) {
         return Err(BenchError::Usage(
             "--speedup must be a positive number".into(),
@@ -195,67 +242,74 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
             opts.url
         )));
     }
-    let text = trace::read_text(&opts.trace).await?;
-    let trace = Trace::parse(&text, opts.max_requests)?;
+    // Every trace arrival is checked before the first request goes out.
+    let plan = workload::Plan::new(opts).await?;
+    let total = plan.requests();
     let client = reqwest::Client::builder()
         .timeout(opts.timeout)
         .pool_max_idle_per_host(1024)
         .build()
         .map_err(|e| BenchError::Internal(format!("building the HTTP client: {e}")))?;
     let url = format!("{base}/v1/completions");
-    let classes = opts.classes.assign(trace.records.len(), opts.seed);
-    let total = trace.records.len() as u64;
+    let mut classes = opts.classes.drawer(opts.seed);
     let sent = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
-    // Every arrival is checked before the first request goes out (an error must not leave
-    // earlier requests running).
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let start = Instant::now();
-    let arrivals = trace
-        .records
-        .iter()
-        .map(|(line, record)| {
-            Duration::try_from_secs_f64(record.timestamp as f64 / 1e3 / opts.speedup)
-                .ok()
-                .and_then(|offset| start.checked_add(offset))
-                .ok_or_else(|| BenchError::Trace {
-                    line: *line,
-                    message: format!(
-                        "timestamp {} ms at --speedup {:?} is out of range",
-                        record.timestamp, opts.speedup
-                    ),
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let of_total = total.map_or_else(String::new, |t| format!("/{t}"));
     let progress = opts.progress.then(|| {
-        let (sent, done) = (sent.clone(), done.clone());
+        eprintln!(
+            "bench: started, sending {} to {url}",
+            opts.workload.describe()
+        );
+        let (sent, done, of_total) = (sent.clone(), done.clone(), of_total.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(PROGRESS_EVERY);
             tick.tick().await;
             loop {
                 tick.tick().await;
                 let (s, d) = (sent.load(Ordering::Relaxed), done.load(Ordering::Relaxed));
-                eprintln!("bench: sent {s}/{total}, done {d}/{total}");
+                eprintln!("bench: sent {s}{of_total}, done {d}{of_total}");
             }
         })
     });
-    let mut tasks = Vec::with_capacity(trace.records.len());
-    for (((line, record), class), at) in trace.records.into_iter().zip(classes).zip(arrivals) {
+    let mut tasks = Vec::new();
+    let mut interrupted = false;
+    let mut stop = std::pin::pin!(stop);
+    for (index, arrival) in plan.arrivals(opts.max_output_tokens).enumerate() {
+        tokio::select! {
+            biased;
+            () = &mut stop => {
+                interrupted = true;
+                break;
+            }
+            () = tokio::time::sleep_until(start + arrival.offset) => {}
+        }
+        let class = classes.next_class();
         let (client, url, sent, done) = (client.clone(), url.clone(), sent.clone(), done.clone());
-        let (model, block_tokens) = (opts.model.clone(), opts.block_tokens);
-        let max_tokens = record.output_length.min(opts.max_output_tokens).max(1);
+        let model = opts.model.clone();
         tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(at).await;
             let body = json!({
                 "model": model,
-                "prompt": prompt_tokens(&record, line, block_tokens),
-                "max_tokens": max_tokens,
+                "prompt": arrival.prompt,
+                "max_tokens": arrival.max_tokens,
                 "stream": true,
                 "stream_options": {"include_usage": true},
             });
             sent.fetch_add(1, Ordering::Relaxed);
+            let sent_at = start.elapsed();
             let outcome = loadgen::send_streaming(&client, &url, class.as_deref(), &body).await;
+            let took = start.elapsed().saturating_sub(sent_at);
             done.fetch_add(1, Ordering::Relaxed);
-            Finished { class, outcome }
+            Finished {
+                index: index as u64,
+                class,
+                sent_at,
+                took,
+                outcome,
+            }
         }));
     }
     let mut finished = Vec::with_capacity(tasks.len());
@@ -268,18 +322,22 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let wall = start.elapsed();
     if let Some(progress) = progress {
         progress.abort();
-        let d = done.load(Ordering::Relaxed);
-        eprintln!("bench: sent {total}/{total}, done {d}/{total}");
+        let (s, d) = (sent.load(Ordering::Relaxed), done.load(Ordering::Relaxed));
+        let why = if interrupted { " (stopped early)" } else { "" };
+        eprintln!("bench: sent {s}{of_total}, done {d}{of_total}{why}");
     }
     let report = BenchReport::build(
         &opts.classes.names(),
         &finished,
         report::RunFacts {
             url: base.to_owned(),
-            trace: opts.trace.display().to_string(),
+            trace: opts.workload.describe(),
             speedup: opts.speedup,
             seed: opts.seed,
             wall,
+            started_unix_ms,
+            interrupted,
+            per_request: opts.per_request,
         },
     )
     .map_err(|e| BenchError::Internal(format!("histogram: {e}")))?;

@@ -8,6 +8,10 @@
 //! end to end. Rates are over the run's wall clock. The prefix hit rate is the share of the
 //! `ok` requests' prompt tokens the endpoint reported as cached
 //! (`usage.prompt_tokens_details.cached_tokens`); `None` when it reported none.
+//!
+//! With `per_request`, `requests` lists every request in send order ([`RequestRecord`]):
+//! when it was sent (ms after `started_unix_ms`), its class, bucket, HTTP status, reason,
+//! TTFT and end to end, so a run can be cut by send time (e.g. into the phases of a fault).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,11 +27,79 @@ use crate::report::{
 /// The class name of requests sent without a class header.
 pub const DEFAULT_CLASS: &str = "default";
 
-/// One finished request: its class (`None`: no header) and how it ended.
+/// One finished request: its place in send order, its class (`None`: no header), when it
+/// was sent (after the run's start), how long it took and how it ended.
 #[derive(Debug, Clone)]
 pub struct Finished {
+    pub index: u64,
     pub class: Option<String>,
+    pub sent_at: Duration,
+    pub took: Duration,
     pub outcome: Outcome,
+}
+
+/// Which bucket a request landed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOutcome {
+    Ok,
+    Shed,
+    Error,
+}
+
+/// One request of the run, as `requests` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Send order, from 0.
+    pub index: u64,
+    pub class: String,
+    /// Sent this long after the run's start (`started_unix_ms`).
+    pub sent_ms: f64,
+    pub outcome: RecordOutcome,
+    /// The HTTP status; `None` when no response came.
+    pub status: Option<u16>,
+    /// Why it was shed or failed (as in `shed_by_reason` / `errors_by_reason`).
+    pub reason: Option<String>,
+    pub ttft_ms: Option<f64>,
+    /// Send → the end of its answer, whatever the outcome.
+    pub e2e_ms: f64,
+}
+
+/// The bucket of `outcome` and, unless it is ok, the reason.
+fn bucket(outcome: &Outcome) -> (RecordOutcome, Option<String>) {
+    match outcome {
+        Outcome::Admitted(r) if r.completed => (RecordOutcome::Ok, None),
+        Outcome::Admitted(_) => (RecordOutcome::Error, Some("incomplete_stream".to_owned())),
+        Outcome::Rejected {
+            status: Some(429 | 503),
+            reason,
+        } => (RecordOutcome::Shed, Some(reason.clone())),
+        Outcome::Rejected { reason, .. } => (RecordOutcome::Error, Some(reason.clone())),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    round(d.as_secs_f64() * 1e3, 3)
+}
+
+impl RequestRecord {
+    fn of(f: &Finished) -> Self {
+        let (outcome, reason) = bucket(&f.outcome);
+        let (status, ttft) = match &f.outcome {
+            Outcome::Admitted(r) => (Some(200), r.ttft.map(ms)),
+            Outcome::Rejected { status, .. } => (*status, None),
+        };
+        Self {
+            index: f.index,
+            class: f.class.as_deref().unwrap_or(DEFAULT_CLASS).to_owned(),
+            sent_ms: ms(f.sent_at),
+            outcome,
+            status,
+            reason,
+            ttft_ms: ttft,
+            e2e_ms: ms(f.took),
+        }
+    }
 }
 
 /// One class's numbers (or the overall ones, class `"all"`).
@@ -59,12 +131,22 @@ pub struct ClassStats {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchReport {
     pub url: String,
+    /// The trace's path, or the synthetic load's shape.
     pub trace: String,
     pub speedup: f64,
     pub seed: u64,
+    /// When the run started, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub started_unix_ms: u64,
     pub wall_s: f64,
+    /// The run was stopped before its workload's end (Ctrl-C, SIGTERM).
+    #[serde(default)]
+    pub interrupted: bool,
     pub classes: Vec<ClassStats>,
     pub overall: ClassStats,
+    /// Every request in send order (with `per_request`; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestRecord>,
 }
 
 /// Run facts the clients do not measure.
@@ -75,6 +157,10 @@ pub struct RunFacts {
     pub speedup: f64,
     pub seed: u64,
     pub wall: Duration,
+    pub started_unix_ms: u64,
+    pub interrupted: bool,
+    /// List every request in the report.
+    pub per_request: bool,
 }
 
 struct Acc {
@@ -117,8 +203,10 @@ impl Acc {
     fn add(&mut self, outcome: &Outcome) {
         let s = &mut self.stats;
         s.sent += 1;
-        match outcome {
-            Outcome::Admitted(r) if r.completed => {
+        let (bucket, reason) = bucket(outcome);
+        let reason = reason.unwrap_or_default();
+        match (bucket, outcome) {
+            (RecordOutcome::Ok, Outcome::Admitted(r)) => {
                 s.ok += 1;
                 if let Some(t) = r.ttft {
                     self.ttft.record(t);
@@ -134,25 +222,16 @@ impl Acc {
                     self.reported_cache = true;
                 }
             }
-            Outcome::Admitted(_) => {
-                s.errors += 1;
-                *s.errors_by_reason
-                    .entry("incomplete_stream".to_owned())
-                    .or_insert(0) += 1;
-            }
-            Outcome::Rejected {
-                status: Some(429 | 503),
-                reason,
-            } => {
+            (RecordOutcome::Shed, _) => {
                 s.shed += 1;
-                *s.shed_by_reason.entry(reason.clone()).or_insert(0) += 1;
+                *s.shed_by_reason.entry(reason).or_insert(0) += 1;
             }
-            Outcome::Rejected { status, reason } => {
+            (_, outcome) => {
                 s.errors += 1;
-                if status.is_none() {
+                if matches!(outcome, Outcome::Rejected { status: None, .. }) {
                     s.transport_failures += 1;
                 }
-                *s.errors_by_reason.entry(reason.clone()).or_insert(0) += 1;
+                *s.errors_by_reason.entry(reason).or_insert(0) += 1;
             }
         }
     }
@@ -222,9 +301,16 @@ impl BenchReport {
             trace: facts.trace,
             speedup: facts.speedup,
             seed: facts.seed,
+            started_unix_ms: facts.started_unix_ms,
             wall_s: round(facts.wall.as_secs_f64(), 2),
+            interrupted: facts.interrupted,
             classes: accs.into_iter().map(|a| a.finish(facts.wall)).collect(),
             overall: overall.finish(facts.wall),
+            requests: if facts.per_request {
+                finished.iter().map(RequestRecord::of).collect()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -237,8 +323,17 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "router-node bench: {} requests of {} against {} ({}x speedup) in {} s wall clock\n",
-            self.overall.sent, self.trace, self.url, self.speedup, self.wall_s
+            "router-node bench: {} requests of {} against {} ({}x speedup) in {} s wall clock{}\n",
+            self.overall.sent,
+            self.trace,
+            self.url,
+            self.speedup,
+            self.wall_s,
+            if self.interrupted {
+                " (stopped early)"
+            } else {
+                ""
+            }
         );
         let mut table = ClassTable::new(COLUMNS);
         for c in self.classes.iter().chain(std::iter::once(&self.overall)) {

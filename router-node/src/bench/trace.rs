@@ -118,14 +118,14 @@ fn decode(bytes: Vec<u8>) -> std::io::Result<String> {
 }
 
 /// SplitMix64's finaliser: a well-mixed 64-bit hash of `x`.
-fn mix(mut x: u64) -> u64 {
+pub(super) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
 }
 
-fn token(seed: u64) -> u32 {
+pub(super) fn token(seed: u64) -> u32 {
     // VOCAB < 2^32, so the remainder always fits.
     u32::try_from(mix(seed) % VOCAB).unwrap_or(0)
 }

@@ -319,16 +319,17 @@ pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_jso
     Json(json!({"object": "list", "data": data}))
 }
 
-/// 200 while the node's actors run (or are being restarted); 503 once its supervisor gave up.
+/// 200 while the node's actors run (or are being restarted); 503 with the reason once its
+/// supervisor gave up or a required actor or task is gone for good.
 pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    if *state.alive.borrow() {
-        Json(json!({"status": "ok"})).into_response()
-    } else {
-        (
+    let failed = state.alive.borrow().reason().map(str::to_owned);
+    match failed {
+        None => Json(json!({"status": "ok"})).into_response(),
+        Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "failed", "reason": "the node's supervisor stopped"})),
+            Json(json!({"status": "failed", "reason": reason})),
         )
-            .into_response()
+            .into_response(),
     }
 }
 

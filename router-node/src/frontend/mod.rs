@@ -58,7 +58,7 @@ pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
 use axum::Router;
 use axum::routing::{get, post};
 use axum::serve::{ListenerExt as _, TapIo};
-use router_actors::RouterHandle;
+use router_actors::{Liveness, RouterHandle};
 use router_core::{PolicyProfile, WorkerId};
 use std::collections::HashMap;
 use std::future::Future;
@@ -162,9 +162,10 @@ pub struct AppState {
     pub models: Arc<[String]>,
     /// `GET /ready` answers 200 while this says `true`.
     pub ready: watch::Receiver<bool>,
-    /// `GET /health` answers 503 once this says `false` (the node's supervisor gave up:
-    /// `Node::alive`). Always true unless set with [`AppState::with_alive`].
-    pub alive: watch::Receiver<bool>,
+    /// `GET /health` answers 503, with the reason, once this is `Failed` (the node's
+    /// supervisor gave up, or a required actor or task is gone: `Node::alive`). Always alive
+    /// unless set with [`AppState::with_alive`].
+    pub alive: watch::Receiver<Liveness>,
     /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
     pub permits: Arc<Semaphore>,
     /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering).
@@ -212,7 +213,7 @@ impl AppState {
             classified: Arc::default(),
             models: Arc::from(Vec::new()),
             ready,
-            alive: watch::channel(true).1,
+            alive: watch::channel(Liveness::Alive).1,
             prompter: Prompter::default(),
             forward_token_ids: false,
             bus_connected: None,
@@ -226,8 +227,8 @@ impl AppState {
         self
     }
 
-    /// Fails `/health` once `alive` says false (pass `Node::alive()`).
-    pub fn with_alive(mut self, alive: watch::Receiver<bool>) -> Self {
+    /// Fails `/health` once `alive` is `Failed` (pass `Node::alive()`).
+    pub fn with_alive(mut self, alive: watch::Receiver<Liveness>) -> Self {
         self.alive = alive;
         self
     }

@@ -26,7 +26,6 @@
 pub mod certs;
 pub mod cluster;
 pub mod haproxy;
-pub mod load;
 pub mod observe;
 pub mod phoenix;
 pub mod process;

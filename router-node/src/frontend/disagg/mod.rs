@@ -25,6 +25,13 @@
 //! `kv_transfer_params`, is a 502 (a 4xx from the prefill worker is the engine refusing
 //! the client's request and is passed on, as on the aggregated path).
 //!
+//! A leg whose worker refused the connection (nothing reached it) is placed once more on
+//! another worker of its pool, as on the aggregated path (`retry.rs`): a refused prefill leg
+//! drops its [`PrefillHold`] and goes through the gate again with that worker left out; a
+//! refused decode leg is booked again under a new id on another decode worker and sent there
+//! with the same `kv_transfer_params` (the first decode worker never pulled the KV). Each
+//! refusal counts in the worker breaker, and ejected workers are left out of every placement.
+//!
 //! Not done here: KV staged on a prefill worker whose decode leg never starts is left to
 //! the worker's staging timeout (vLLM has no call to drop it).
 //!
@@ -50,8 +57,12 @@
 //!    decode leg's request or response stream (the client's stream is cut when it had
 //!    begun, else the error is answered as on the vLLM path: `prefill_status` ...); a failed
 //!    decode leg drops the prefill leg's request. Either way both bookings and the
-//!    reservation are released, as they are when the client goes away.
+//!    reservation are released, as they are when the client goes away. A decode worker that
+//!    refuses the connection gets the leg placed once more on another decode worker, in the
+//!    same bootstrap room; a prefill worker that refuses it cancels the decode leg already
+//!    sent, and both legs are placed again with that prefill worker left out.
 
+mod retry;
 mod sglang;
 
 use super::AppState;
@@ -59,12 +70,14 @@ use super::admit::{Class, admit, route_request};
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
 use super::proxy::{
-    BookingGuard, Target, forward, upstream_status, with_trace_context, worker_failed,
+    BookingGuard, Target, UPSTREAM_CONNECT, forward, upstream_status, with_trace_context,
+    worker_failed,
 };
 use crate::metrics::RequestObserver;
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use futures::StreamExt;
+use retry::{PREFILL_CONNECT, Placements};
 use router_actors::RouterHandle;
 use router_core::{Phase, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
@@ -130,55 +143,163 @@ impl Drop for PrefillHold {
     }
 }
 
-/// Runs both legs of one request and answers the client.
+/// Runs both legs of one request and answers the client. A prefill leg whose worker refused
+/// the connection is placed once more on another prefill worker (`retry.rs`); so is a decode
+/// leg on another decode worker ([`send_decode`]).
 pub(super) async fn admit_and_forward(
     state: &AppState,
     decode: &RouterHandle,
     d: Disagg<'_>,
     observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
-    let id = RequestId(uuid::Uuid::now_v7());
-    let admission = admit(
-        state,
-        &state.router,
-        d.class,
-        leg(state, &d, id, Phase::Prefill),
-    )
-    .await?;
-    observer.admitted(d.tokens.len() as u64, admission.prefix);
-    // No await between the admission and the hold: a dropped handler cannot leak either.
-    let mut hold = PrefillHold {
-        booking: Some(BookingGuard::new(
-            state.router.clone(),
-            id,
-            state.metrics.clone(),
-        )),
-        decode: decode.clone(),
-        id,
-        reserved: true,
+    let Disagg {
+        request,
+        tokens,
+        class,
+        headers,
+        permit,
+    } = d;
+    let legs = Legs {
+        request,
+        tokens,
+        class,
+        headers,
     };
-    if state.convention == DisaggConvention::Sglang {
-        return sglang::legs(state, decode, d, id, admission.rank.worker, hold, observer).await;
+    let mut permit = Some(permit);
+    let mut placements = Placements::new(state);
+    let mut refusal: Option<ApiError> = None;
+    loop {
+        let id = RequestId(uuid::Uuid::now_v7());
+        let mut route = legs.route(state, id, Phase::Prefill);
+        placements.narrow(state, &mut route);
+        let admission = match admit(state, &state.router, class, route).await {
+            Ok(admission) => admission,
+            // A second placement that finds no room answers with what failed first.
+            Err(e) => return Err(refusal.take().unwrap_or(e)),
+        };
+        observer.admitted(legs.tokens.len() as u64, admission.prefix);
+        let worker = admission.rank.worker;
+        // No await between the admission and the hold: a dropped handler cannot leak either.
+        let mut hold = PrefillHold {
+            booking: Some(BookingGuard::new(
+                state.router.clone(),
+                id,
+                state.metrics.clone(),
+            )),
+            decode: decode.clone(),
+            id,
+            reserved: true,
+        };
+        let answer = if state.convention == DisaggConvention::Sglang {
+            sglang::legs(
+                state,
+                decode,
+                &legs,
+                id,
+                worker,
+                hold,
+                &mut permit,
+                observer,
+            )
+            .await
+        } else {
+            match prefill_leg(state, &legs.request, worker, headers).await {
+                Ok(params) => {
+                    state.breaker.reached(worker);
+                    hold.staged();
+                    return vllm_decode(state, decode, &legs, id, hold, params, permit, observer)
+                        .await;
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match answer {
+            Err(e) if e.reason == PREFILL_CONNECT => {
+                // The hold (or the SGLang legs) went with the attempt: both bookings and the
+                // reservation are released.
+                placements.refused(state, class, worker, "prefill", e.clone())?;
+                refusal = Some(e);
+            }
+            answer => return answer,
+        }
     }
-    let params = prefill_leg(state, &d.request, admission.rank.worker, d.headers).await?;
-    hold.staged();
+}
 
-    let staged = leg(state, &d, id, Phase::Decode { staged: true });
-    let admission = admit(state, decode, d.class, staged).await?;
+/// The decode leg of the vLLM convention, once the prefill worker staged the KV: booked on
+/// the decode router under the request's id (converting its reservation), then sent with
+/// the prefill worker's `params`.
+#[allow(clippy::too_many_arguments)]
+async fn vllm_decode(
+    state: &AppState,
+    decode: &RouterHandle,
+    legs: &Legs<'_>,
+    id: RequestId,
+    mut hold: PrefillHold,
+    params: Value,
+    mut permit: Option<OwnedSemaphorePermit>,
+    observer: &mut RequestObserver,
+) -> Result<Response, ApiError> {
+    let mut placements = Placements::new(state);
+    let mut staged = legs.route(state, id, Phase::Decode { staged: true });
+    placements.narrow(state, &mut staged);
+    let admission = admit(state, decode, legs.class, staged).await?;
     hold.converted();
-    let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(d.permit);
     drop(hold);
-    let mut request = d.request;
+    let mut request = legs.request.clone();
     request.body.insert(KV_TRANSFER.to_owned(), params);
-    forward(
+    let first = (id, admission.rank.worker);
+    send_decode(
         state,
+        decode,
+        legs,
         &request,
-        decode_target(admission.rank.worker),
-        d.headers,
-        guard,
+        (first, placements),
+        &mut permit,
         observer,
     )
     .await
+}
+
+/// Sends the decode leg, booked as `first` (its id and worker, placed by `placements`), to
+/// its worker. When that worker refuses the connection (the guard released the booking),
+/// the leg is booked once more under a new id on another decode worker, with a concurrency
+/// permit taken again, and sent there.
+async fn send_decode(
+    state: &AppState,
+    decode: &RouterHandle,
+    legs: &Legs<'_>,
+    request: &ParsedRequest,
+    (first, mut placements): ((RequestId, WorkerId), Placements),
+    permit: &mut Option<OwnedSemaphorePermit>,
+    observer: &mut RequestObserver,
+) -> Result<Response, ApiError> {
+    let (mut id, mut worker) = first;
+    loop {
+        let Some(held) = retry::permit(state, permit) else {
+            return Err(ApiError::saturated(state.limits.max_concurrent_requests));
+        };
+        let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(held);
+        let target = decode_target(worker);
+        match forward(state, request, target, legs.headers, guard, observer).await {
+            Err(e) if e.reason == UPSTREAM_CONNECT => {
+                placements.refused(state, legs.class, worker, "decode", e.clone())?;
+                id = RequestId(uuid::Uuid::now_v7());
+                let mut route = legs.route(state, id, Phase::Decode { staged: true });
+                placements.narrow(state, &mut route);
+                // No room elsewhere: the refusal is the answer.
+                let admission = admit(state, decode, legs.class, route)
+                    .await
+                    .map_err(|_| e)?;
+                worker = admission.rank.worker;
+            }
+            answer => {
+                if answer.is_ok() {
+                    state.breaker.reached(worker);
+                }
+                return answer;
+            }
+        }
+    }
 }
 
 /// A decode leg's target.
@@ -197,16 +318,27 @@ fn prefill_target(worker: WorkerId) -> Target {
     }
 }
 
-/// The route call of one leg: the same id, class and prompt on both.
-fn leg(state: &AppState, d: &Disagg<'_>, id: RequestId, phase: Phase) -> RouteRequest {
-    route_request(
-        state,
-        id,
-        d.class,
-        phase,
-        d.tokens.clone(),
-        d.request.max_tokens,
-    )
+/// What both legs of one request share: the client's request, its prompt tokens, its
+/// class and headers.
+pub(super) struct Legs<'a> {
+    pub request: ParsedRequest,
+    pub tokens: Vec<u32>,
+    pub class: &'a Class,
+    pub headers: &'a HeaderMap,
+}
+
+impl Legs<'_> {
+    /// The route call of one leg: the same class and prompt on both.
+    pub(super) fn route(&self, state: &AppState, id: RequestId, phase: Phase) -> RouteRequest {
+        route_request(
+            state,
+            id,
+            self.class,
+            phase,
+            self.tokens.clone(),
+            self.request.max_tokens,
+        )
+    }
 }
 
 /// The prefill worker's body: the client's, non-streaming, one output token, asking the
@@ -318,11 +450,13 @@ async fn read_prefill(
     limit: usize,
 ) -> Result<Vec<u8>, ApiError> {
     let response = call.send().await.map_err(|e| {
-        ApiError::upstream(
-            Stage::Dispatch,
-            "prefill_connect",
-            format!("prefill {worker}: {e}"),
-        )
+        // Only a refused or failed connection is known not to have reached the worker.
+        let reason = if e.is_connect() {
+            PREFILL_CONNECT
+        } else {
+            "prefill_send"
+        };
+        ApiError::upstream(Stage::Dispatch, reason, format!("prefill {worker}: {e}"))
     })?;
     let status = response.status();
     if !status.is_success() {

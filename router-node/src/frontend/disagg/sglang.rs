@@ -4,15 +4,14 @@
 //!
 //! [`DisaggConvention::Sglang`]: super::DisaggConvention::Sglang
 
+use super::retry::Placements;
 use super::{
-    Disagg, PrefillHold, decode_target, one_token_body, prefill_answer, prefill_call, prefill_span,
+    Legs, PrefillHold, one_token_body, prefill_answer, prefill_call, prefill_span, send_decode,
 };
 use crate::frontend::AppState;
 use crate::frontend::admit::admit;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
-use crate::frontend::proxy::BookingGuard;
-use crate::frontend::proxy::forward;
 use crate::metrics::RequestObserver;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
@@ -23,44 +22,54 @@ use serde_json::{Map, Value, json};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
 /// The SGLang convention: books the decode leg right after the prefill admission, then runs
-/// both legs at once (see the module doc).
+/// both legs at once (see the module doc). A decode worker that refuses the connection gets
+/// the leg placed once more on another decode worker, in the same bootstrap room
+/// ([`send_decode`]); a prefill worker that refuses it ends the attempt with
+/// `prefill_connect` (both bookings and the reservation released) for the caller to place
+/// both legs again.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn legs(
     state: &AppState,
     decode: &RouterHandle,
-    d: Disagg<'_>,
+    legs: &Legs<'_>,
     id: RequestId,
     prefill_worker: WorkerId,
     mut hold: PrefillHold,
+    permit: &mut Option<OwnedSemaphorePermit>,
     observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
-    let staged = super::leg(state, &d, id, Phase::Decode { staged: true });
-    let admission = admit(state, decode, d.class, staged).await?;
+    let mut placements = Placements::new(state);
+    let mut staged = legs.route(state, id, Phase::Decode { staged: true });
+    placements.narrow(state, &mut staged);
+    let admission = admit(state, decode, legs.class, staged).await?;
     hold.converted();
-    let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(d.permit);
     let (host, port) = bootstrap_address(state, prefill_worker)?;
     let room = uuid::Uuid::new_v4().as_u64_pair().0;
-    let mut request = d.request;
+    let mut request = legs.request.clone();
     request.body.extend(bootstrap_fields(&host, port, room));
     let leg = prefill_span(prefill_worker);
     let call = prefill_call(
         state,
         &request,
         prefill_worker,
-        d.headers,
+        legs.headers,
         sglang_prefill_body(&request),
         &leg,
     )?;
     let mut prefill: PrefillFuture =
         Box::pin(prefill_answer(state, call, prefill_worker).instrument(leg));
-    let decode_leg = forward(
+    let first = (id, admission.rank.worker);
+    let decode_leg = send_decode(
         state,
+        decode,
+        legs,
         &request,
-        decode_target(admission.rank.worker),
-        d.headers,
-        guard,
+        (first, placements),
+        permit,
         observer,
     );
     tokio::pin!(decode_leg);
@@ -69,6 +78,7 @@ pub(super) async fn legs(
             // A failure drops the decode leg (its guard releases the decode booking) and
             // the hold (the prefill booking).
             answer?;
+            state.breaker.reached(prefill_worker);
             hold.staged();
             drop(hold);
             decode_leg.await

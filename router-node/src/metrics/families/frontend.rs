@@ -78,7 +78,7 @@ impl HttpFamilies {
         );
         r.register(
             "http_retries",
-            "Requests placed again on another worker because theirs refused the connection, by policy class",
+            "Requests (or disaggregated legs) placed again on another worker because theirs refused the connection, by policy class",
             self.retries.clone(),
         );
         r.register(

@@ -147,6 +147,63 @@ impl Cluster {
         all
     }
 
+    /// Each replica's `/ready`: its status (0: no answer) and JSON body (which says whether
+    /// its bus is connected).
+    pub async fn ready_bodies(&self) -> Vec<(u16, Value)> {
+        let mut out = Vec::new();
+        for replica in &self.replicas {
+            let url = format!("{}/ready", replica.url());
+            out.push(match self.http.get(&url).send().await {
+                Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
+                Err(_) => (0, Value::Null),
+            });
+        }
+        out
+    }
+
+    /// What each replica's ledgers hold over every pool, from its `/debug/state`:
+    /// (bookings, reservations, queued requests); an unreadable state is an error.
+    pub async fn ledger_totals(&self) -> Vec<Result<(u64, u64, u64), String>> {
+        self.states()
+            .await
+            .into_iter()
+            .map(|state| {
+                state.map(|state| {
+                    let sum = |f: &dyn Fn(&Value) -> &Value| {
+                        router_snapshots(&state)
+                            .iter()
+                            .map(|r| f(r).as_u64().unwrap_or(0))
+                            .sum::<u64>()
+                    };
+                    (
+                        sum(&|r| &r["scheduler"]["ledger"]["bookings"]),
+                        sum(&|r| &r["scheduler"]["ledger"]["reservations"]),
+                        sum(&|r| &r["scheduler"]["queue"]["len"]),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Each replica's count of live peers (the fewest over its pools) and of workers in its
+    /// registry, from its `/debug/state` (`None` when unreadable).
+    pub async fn membership(&self) -> Vec<Option<(usize, usize)>> {
+        self.states()
+            .await
+            .into_iter()
+            .map(|state| {
+                let state = state.ok()?;
+                let peers = state["node"]["peer_sync"]
+                    .as_array()?
+                    .iter()
+                    .map(|s| s["state"]["peers"].as_array().map_or(0, Vec::len))
+                    .min()?;
+                let workers = state["node"]["registry"]["workers"].as_array()?.len();
+                Some((peers, workers))
+            })
+            .collect()
+    }
+
     /// Each worker's own `/load` (its `kv_used_blocks`, `running`, ...), by worker id.
     pub async fn worker_loads(&self) -> Vec<(u64, Result<Value, String>)> {
         let mut loads = Vec::new();
