@@ -165,6 +165,11 @@ async fn a_good_key_gets_its_answer_and_a_class_it_may_not_use_is_403() {
         .await
         .unwrap();
     assert_eq!(listed.status(), 200);
+    // The client's key stays at the router: workers get neither it nor an Authorization.
+    for seen in worker.seen.lock().unwrap().iter() {
+        assert_eq!(seen.authorization, None);
+        assert!(!seen.body.to_string().contains(&key));
+    }
     let unknown = completion(&node, Some(&key), small())
         .header("x-policy-class", "gold")
         .send()
