@@ -166,3 +166,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     secs.max(1)
 }
+
+#[cfg(test)]
+#[path = "limits_tests.rs"]
+mod tests;

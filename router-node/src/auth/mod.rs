@@ -12,24 +12,23 @@
 //! Without a keys file the node is open (today's behaviour), and says so at start-up.
 //!
 //! Files: `mod.rs` (the [`KeyStore`]), `keys.rs` (the file's format, its validation, the
-//! [`KeySet`] and the [`ApiKey`], pure), `limits.rs` (a key's request and token buckets),
-//! `secret.rs` (hashing, new keys, the checks on a key), `command.rs` (`router-node keys new`
-//! and `keys hash`), `reload.rs` (reading the file, SIGHUP and the change poll, attaching the
-//! keys to the frontend). The frontend's enforcement is
+//! [`KeySet`] and the [`ApiKey`], pure), `limits.rs` (a key's request and token buckets;
+//! their tests in `limits_tests.rs`), `secret.rs` (hashing, new keys, the checks on a key,
+//! `router-node keys new` and `keys hash`), `reload.rs` (reading the file, SIGHUP and the
+//! change poll, attaching the keys to the frontend). The frontend's enforcement is
 //! `crate::frontend`'s `auth.rs`.
 
-mod command;
 mod keys;
 mod limits;
 mod reload;
 mod secret;
 
-pub use command::{hash_input, new_key};
 pub use keys::{ApiKey, KeyEntry, KeySet, KeySummary, KeysError, NO_KEY, ValidEntry};
 pub use limits::{KeyLimits, LimitSpec, RateSpec, TokensRefused, retry_after_secs};
 pub use reload::{MAX_KEYS_FILE_BYTES, attach, read_keys_file, spawn_reloader};
 pub use secret::{
-    KEY_PREFIX, KeyDigest, MIN_KEY_CHARS, generate_key, hash_key, parse_digest, read_key, to_hex,
+    KEY_PREFIX, KeyDigest, MIN_KEY_CHARS, generate_key, hash_input, hash_key, new_key,
+    parse_digest, read_key, to_hex,
 };
 
 use arc_swap::ArcSwap;

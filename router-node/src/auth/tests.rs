@@ -2,11 +2,11 @@
 
 //! Unit tests of the API keys' pure parts: the keys file's validation (each error naming
 //! the entry and the key), lookup by the presented key, entitlements, reloads (what they
-//! report, what they keep), the rate limits on tokio's paused clock, and key material.
+//! report, what they keep, a key's buckets among them), and key material. The buckets
+//! themselves: `limits_tests.rs`.
 
 use super::*;
 use router_core::ClassId;
-use std::time::Duration;
 
 const PROFILE: &str = r#"
 default_class = "interactive"
@@ -275,68 +275,6 @@ fn debug_state_shows_names_classes_and_limits_never_keys_or_digests() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_requests_bucket_refuses_past_its_burst_and_refills_at_its_rate() {
-    let set = parse(&entry(
-        "a",
-        KEY_A,
-        "classes = [\"batch\"]\nrequests_per_s = 2\nrequests_burst = 3",
-    ))
-    .expect("valid");
-    let limits = set.named("a").unwrap().limits();
-    for _ in 0..3 {
-        assert_eq!(limits.request(), Ok(()));
-    }
-    let wait = limits.request().expect_err("the fourth is over the burst");
-    assert_eq!(wait, Duration::from_millis(500));
-    assert_eq!(retry_after_secs(wait), 1);
-    tokio::time::advance(Duration::from_millis(499)).await;
-    assert!(limits.request().is_err());
-    tokio::time::advance(Duration::from_millis(1)).await;
-    assert_eq!(limits.request(), Ok(()));
-    assert!(limits.request().is_err());
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_tokens_bucket_takes_all_or_nothing_and_never_more_than_its_burst() {
-    let set = parse(&entry(
-        "a",
-        KEY_A,
-        "classes = [\"batch\"]\ntokens_per_s = 10\ntokens_burst = 100",
-    ))
-    .expect("valid");
-    let limits = set.named("a").unwrap().limits();
-    assert_eq!(limits.tokens(60), Ok(()));
-    // 40 left: 60 more need 2 s of refill; nothing is taken by the refusal.
-    assert_eq!(
-        limits.tokens(60),
-        Err(TokensRefused::Wait(Duration::from_secs(2)))
-    );
-    assert_eq!(limits.tokens(40), Ok(()));
-    assert_eq!(
-        limits.tokens(101),
-        Err(TokensRefused::OverBurst {
-            needed: 101,
-            burst: 100
-        })
-    );
-    assert_eq!(
-        limits.tokens(u64::MAX),
-        Err(TokensRefused::OverBurst {
-            needed: u64::MAX,
-            burst: 100
-        })
-    );
-    tokio::time::advance(Duration::from_secs(10)).await;
-    assert_eq!(limits.tokens(100), Ok(()));
-    // A key without limits, and a request of nothing, always pass.
-    let open = parse(&entry("b", KEY_B, "classes = [\"batch\"]")).expect("valid");
-    let open = open.named("b").unwrap().limits();
-    assert_eq!(open.request(), Ok(()));
-    assert_eq!(open.tokens(u64::MAX), Ok(()));
-    assert_eq!(limits.tokens(0), Ok(()));
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_reload_keeps_a_keys_buckets_unless_its_limits_change() {
     let limited = |rate: u32| {
         entry(
@@ -381,19 +319,6 @@ async fn a_reload_keeps_a_keys_buckets_unless_its_limits_change() {
             .request()
             .is_ok()
     );
-}
-
-#[test]
-fn rates_and_bursts_are_checked_and_the_burst_defaults_to_a_seconds_worth() {
-    assert_eq!(RateSpec::new(2.5, None).map(|r| r.burst), Ok(3));
-    assert_eq!(RateSpec::new(0.1, None).map(|r| r.burst), Ok(1));
-    assert_eq!(RateSpec::new(5.0, Some(50)).map(|r| r.burst), Ok(50));
-    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 2e9, 1e-300] {
-        assert!(RateSpec::new(bad, None).is_err(), "{bad}");
-    }
-    assert_eq!(retry_after_secs(Duration::ZERO), 1);
-    assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
-    assert_eq!(retry_after_secs(Duration::from_secs(20)), 20);
 }
 
 #[test]
