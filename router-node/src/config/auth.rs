@@ -18,7 +18,7 @@ pub struct AuthSection {
     /// client may use every class.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keys_file: Option<PathBuf>,
-    /// How often the keys file is checked for changes (ms); 0: only at SIGHUP.
+    /// How often the keys file is checked for changes (ms, at least 100); 0: only at SIGHUP.
     pub reload_interval_ms: u64,
 }
 
@@ -31,7 +31,24 @@ impl Default for AuthSection {
     }
 }
 
+/// Fastest change poll of the keys file.
+pub const MIN_RELOAD_INTERVAL_MS: u64 = 100;
+
 impl AuthSection {
+    /// `reload_interval_ms` is 0 (SIGHUP only) or at least [`MIN_RELOAD_INTERVAL_MS`].
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let ms = self.reload_interval_ms;
+        if ms != 0 && ms < MIN_RELOAD_INTERVAL_MS {
+            return Err(ConfigError::invalid(
+                "auth.reload_interval_ms",
+                format!(
+                    "must be 0 (reload at SIGHUP only) or at least {MIN_RELOAD_INTERVAL_MS}, got {ms}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn resolve_relative_paths(&mut self, dir: &Path) {
         if let Some(path) = &mut self.keys_file
             && path.is_relative()

@@ -252,6 +252,7 @@ impl Config {
             ));
         }
         self.bus.validate_security()?;
+        self.auth.validate()?;
         self.registry.allow_list()?;
         self.selection_config().validate().map_err(|e| {
             // router-core's message already starts with `selection.<field>`.
