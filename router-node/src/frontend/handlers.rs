@@ -300,14 +300,12 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
 
 /// The model list; with API keys, for a valid key only.
 pub(super) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let key = auth::authenticate(&state, &headers);
-    let (key, error) = match &key {
-        Ok(key) => (key.as_deref(), None),
-        Err(e) => (None, Some(e)),
-    };
-    auth::record(&state, key, error);
-    if let Some(error) = error {
-        return error.clone().into_response();
+    match auth::authenticate(&state, &headers) {
+        Ok(key) => auth::record(&state, key.as_deref(), None),
+        Err(error) => {
+            auth::record(&state, None, Some(&error));
+            return error.into_response();
+        }
     }
     let data: Vec<_> = state
         .models
