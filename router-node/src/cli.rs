@@ -2,7 +2,8 @@
 //! time); `serve` runs a router node
 //! (`router_node::serve`); `worker --sim` runs a simulated engine (`router_node::worker`);
 //! `print-config` prints the effective configuration; `bench` replays a trace against an
-//! endpoint (`router_node::bench`).
+//! endpoint (`router_node::bench`); `keys new` / `keys hash` make API keys and their
+//! digests for the keys file (`router_node::auth`).
 //!
 //! Exit codes: 0 success (a bench run that finished, even with shed requests), 1 a demo
 //! whose accounting or ledgers came out wrong, a node that failed while running or a bench
@@ -49,6 +50,43 @@ enum Command {
     /// Print the effective configuration (defaults, then the file, then the environment)
     /// as TOML.
     PrintConfig(ConfigArgs),
+    /// API keys for the keys file (`[auth] keys_file`): make a new one, or hash one you have.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Generate a random key and print it (once: it is stored nowhere) on the first line,
+    /// then its `[[keys]]` entry for the keys file (which holds its SHA-256, not the key).
+    New(NewKeyArgs),
+    /// Read a key from standard input and print its SHA-256 as hex (the entry's `sha256`).
+    Hash,
+}
+
+#[derive(Debug, Args)]
+struct NewKeyArgs {
+    /// The key's name: metric label, span field and error bodies show it (never the key).
+    #[arg(long)]
+    name: String,
+    /// The policy classes it may use, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    classes: Vec<String>,
+    /// The class its requests run under when they name none (one of --classes).
+    #[arg(long, value_name = "CLASS")]
+    default_class: Option<String>,
+    /// Requests per second it may send (this node's share: each replica counts its own).
+    #[arg(long, value_name = "RATE")]
+    requests_per_s: Option<f64>,
+    /// Requests it may send at once (default: one second's worth).
+    #[arg(long, value_name = "N")]
+    requests_burst: Option<u32>,
+    /// Tokens per second (prompt + max_tokens of each request).
+    #[arg(long, value_name = "RATE")]
+    tokens_per_s: Option<f64>,
+    /// Tokens at once; a request counting more is refused (default: one second's worth).
+    #[arg(long, value_name = "N")]
+    tokens_burst: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -173,6 +211,39 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Link(args) => router_node::link::run(&args),
         Command::Bench(args) => run_bench(args),
         Command::PrintConfig(args) => print_config(&args),
+        Command::Keys(command) => run_keys(command),
+    }
+}
+
+fn run_keys(command: KeysCommand) -> ExitCode {
+    let printed = match command {
+        KeysCommand::Hash => router_node::auth::hash_input(std::io::stdin().lock()),
+        KeysCommand::New(args) => router_node::auth::new_key(router_node::auth::KeyEntry {
+            name: args.name,
+            sha256: String::new(),
+            classes: args.classes,
+            default_class: args.default_class,
+            requests_per_s: args.requests_per_s,
+            requests_burst: args.requests_burst,
+            tokens_per_s: args.tokens_per_s,
+            tokens_burst: args.tokens_burst,
+        })
+        .map(|(key, entry)| {
+            format!(
+                "{key}\n\n# Add this entry to the keys file ([auth] keys_file). The key above is \
+                 not in it, and is shown only now.\n{entry}"
+            )
+        }),
+    };
+    match printed {
+        Ok(text) => {
+            println!("{}", text.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("router-node keys: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

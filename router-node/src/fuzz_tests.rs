@@ -1,7 +1,7 @@
 //! Property tests of every decoder of the node that reads what someone else wrote (issue #14
 //! item 5): the OpenAI request parser and the tokenizer behind it (clients), the upstream SSE
-//! assembler (workers), the benchmark's SSE reader (any endpoint), the Mooncake trace parser
-//! and the config loader with the policy profile it names (files). Each gets arbitrary bytes
+//! assembler (workers), the benchmark's SSE reader (any endpoint), the Mooncake trace parser,
+//! the config loader with the policy profile it names and the API keys file (files). Each gets arbitrary bytes
 //! and structured input with extreme values; none may panic, and what they hold stays bounded.
 //! Case counts are modest so the suite runs in seconds with the normal tests.
 
@@ -296,6 +296,45 @@ proptest! {
         }
         let _ = PolicyProfile::parse(&text, PolicyFormat::Toml);
         let _ = PolicyProfile::parse(&text, PolicyFormat::Yaml);
+    }
+
+    /// A keys file: arbitrary text, and a valid one with values replaced by extreme ones: keys
+    /// or an error naming an entry or the parser's line, never a panic; a key read for
+    /// `keys hash` from any input is accepted or refused with a message.
+    #[test]
+    fn keys_files_load_or_fail_cleanly(
+        text in "[ -~\n]{0,300}",
+        edits in prop::collection::vec((any::<usize>(), prop_oneof![
+            Just("0".to_owned()), Just("-1".to_owned()), Just("1e400".to_owned()),
+            Just("nan".to_owned()), Just("4294967296".to_owned()), Just("\"\"".to_owned()),
+            Just("[]".to_owned()), Just("[\"interactive\", \"interactive\"]".to_owned()),
+            "[ -~]{0,12}",
+        ]), 0..4),
+    ) {
+        let profile = PolicyProfile::fallback();
+        let _ = crate::auth::KeySet::parse(&text, &profile, None);
+        let _ = crate::auth::read_key(&text);
+        let mut lines: Vec<String> = [
+            "[[keys]]", "name = \"a\"", &format!("sha256 = \"{}\"", "ab".repeat(32)),
+            "classes = [\"default\"]", "default_class = \"default\"", "requests_per_s = 2.5",
+            "requests_burst = 3", "tokens_per_s = 100", "tokens_burst = 1000",
+        ].iter().map(|l| (*l).to_owned()).collect();
+        for (at, value) in edits {
+            let at = at % lines.len();
+            if let Some((key, _)) = lines[at].split_once('=') {
+                lines[at] = format!("{key}= {value}");
+            }
+        }
+        match crate::auth::KeySet::parse(&lines.join("\n"), &profile, None) {
+            Ok(keys) => {
+                let key = keys.named("a").map(|k| k.limits());
+                if let Some(limits) = key {
+                    let _ = limits.request();
+                    let _ = limits.tokens(u64::MAX);
+                }
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
     }
 
     /// The example config with lines dropped, repeated or given other values: an error that

@@ -1,6 +1,8 @@
 //! `router-node` as a library: the parts of the node that the binary, integration tests and
 //! benches drive directly.
 //!
+//! - `auth`: API keys with class entitlements and rate limits: the keys file, its reloads,
+//!   key material for `router-node keys`.
 //! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
@@ -20,6 +22,7 @@
 //! `fuzz_tests.rs` (tests only) holds the property tests of every decoder of this crate that
 //! reads what a client, a worker or a file sends (issue #14 item 5).
 
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod frontend;

@@ -2,7 +2,8 @@
 //!
 //! config → telemetry → bus (NATS, or in-process) → `Node::start` (with one engine link per
 //! `[[engines]]` entry under its supervisor) → bind the listener →
-//! the frontend on it, `/ready` following the node's readiness → on SIGINT/SIGTERM: `/ready`
+//! the frontend on it, `/ready` following the node's readiness, API keys (`[auth]`) reloaded
+//! at SIGHUP and on change → on SIGINT/SIGTERM: `/ready`
 //! turns false, requests are still accepted for `http.shutdown_delay_ms` (the load balancer
 //! notices), then no new connections are accepted, in-flight requests and streams get up to
 //! `http.drain_timeout_ms` to finish, and the node's actors stop (peers get a goodbye).
@@ -251,6 +252,8 @@ async fn serve_node(
         None => state,
     };
     let local = listener.local_addr().map_err(ServeError::Http)?;
+    let keys = config.auth.key_store(Arc::clone(&state.profile))?;
+    let (state, reloader) = crate::auth::attach(state, keys, config.auth.reload_interval(), local);
     tracing::info!(
         listen = %local,
         cluster = %config.node.cluster,
@@ -307,6 +310,9 @@ async fn serve_node(
         }
     };
     follow.abort();
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     result
 }
 
@@ -398,8 +404,9 @@ async fn follow_readiness(
 /// Binds `http.listen`, connects the bus and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), ServeError> {
     // Configuration problems first, before any connection is made.
-    config.policy_profile()?;
+    let profile = config.policy_profile()?;
     config.prompter()?;
+    config.auth.key_store(Arc::new(profile))?;
     let bus = connect_bus(&config).await?;
     let listener = TcpListener::bind(&config.http.listen)
         .await

@@ -1,7 +1,10 @@
 //! The official `openai` Python client against a node: an in-process node (in-process bus,
 //! a two-class policy profile) with two real simulated workers announced on the bus, driven
 //! by `tests/python/openai_client.py` (chat and completions, streamed and not, the model
-//! list, and a 400 for an unknown policy class). Afterwards the router's ledger is idle.
+//! list, and a 400 for an unknown policy class), and, with API keys, by
+//! `tests/python/openai_keys.py` (the client's `api_key=`; the errors it raises for a wrong
+//! key, a class the key may not use and a key over its rate). Afterwards the router's ledger
+//! is idle.
 //!
 //! The interpreter is `$SWITCHYARD_PYTHON`, else `.tools/py/bin/python` of the workspace;
 //! `scripts/install-pytools.sh` installs it (`scripts/test.sh` runs it first). Without a
@@ -12,6 +15,7 @@
 use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
+use router_node::auth::{generate_key, hash_key, to_hex};
 use router_node::config::{BusKind, Config};
 use router_node::serve::{ServeError, serve_with_bus};
 use router_sim::{SimConfig, SimWorker};
@@ -147,96 +151,157 @@ fn ledger_is_idle(state: &Value) -> bool {
             .is_some_and(|ranks| ranks.iter().all(|r| RANK_LOAD.iter().all(|k| r[*k] == 0)))
 }
 
+/// A node serving `config` on an in-process bus with two simulated workers announced on it.
+struct Fleet {
+    url: String,
+    http: reqwest::Client,
+    stop: oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<Result<(), ServeError>>,
+    workers: [SimWorker; 2],
+}
+
+impl Fleet {
+    /// Starts it and waits until the node is ready with both workers in its pool.
+    async fn start(config: Config) -> Self {
+        let cluster = config.node.cluster.clone();
+        let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
+        let listener = TcpListener::bind(&config.http.listen).await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+            let _ = stopped.await;
+        }));
+        let workers = [
+            sim_worker(bus.clone(), &cluster, 1).await,
+            sim_worker(bus.clone(), &cluster, 2).await,
+        ];
+        let http = reqwest::Client::new();
+        let mut ranks = 0;
+        for _ in 0..1000 {
+            let ready = http.get(format!("{url}/ready")).send().await.unwrap();
+            if ready.status() == 200 {
+                let (_, state) = get_json(&http, &format!("{url}/debug/state")).await;
+                ranks = state["scheduler"]["ledger"]["ranks"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                if ranks == 2 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(ranks, 2, "the node never became ready with both workers");
+        Self {
+            url,
+            http,
+            stop,
+            served,
+            workers,
+        }
+    }
+
+    /// Runs `script` with `args` after the base URL and the model; its stdout, once it
+    /// exited 0.
+    async fn run_client(&self, python: &Path, script: &str, args: &[&str]) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/python")
+            .join(script);
+        assert!(script.exists(), "{}", script.display());
+        let run = tokio::process::Command::new(python)
+            .arg(&script)
+            .arg(format!("{}/v1", self.url))
+            .arg(MODEL)
+            .args(args)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("the Python client finishes within 120 s")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{} {} exited with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            python.display(),
+            script.display(),
+            out.status
+        );
+        println!("{stdout}");
+        stdout
+    }
+
+    /// Waits (bounded) until every booking was released, then stops the node and workers.
+    async fn finish(self) {
+        let url = &self.url;
+        let mut state = Value::Null;
+        for _ in 0..300 {
+            let (status, s) = get_json(&self.http, &format!("{url}/debug/state")).await;
+            assert_eq!(status, 200);
+            state = s;
+            if ledger_is_idle(&state) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            ledger_is_idle(&state),
+            "router not idle: {}",
+            state["scheduler"]["ledger"]
+        );
+        let _ = self.stop.send(());
+        let result: Result<(), ServeError> =
+            tokio::time::timeout(Duration::from_secs(10), self.served)
+                .await
+                .expect("serve returns after its shutdown")
+                .unwrap();
+        result.unwrap();
+        for worker in self.workers {
+            worker.shutdown().await.unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_client_works_against_a_node() {
     // First, so that a missing client fails before anything starts.
     let python = python();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_client.py");
-    assert!(script.exists(), "{}", script.display());
-
     let (dir, policy) = write_profile();
-    let config = node_config(&policy);
-    let cluster = config.node.cluster.clone();
-    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let listener = TcpListener::bind(&config.http.listen).await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
-        let _ = stopped.await;
-    }));
-
-    let workers = [
-        sim_worker(bus.clone(), &cluster, 1).await,
-        sim_worker(bus.clone(), &cluster, 2).await,
-    ];
-
-    // Ready, and both workers known to the router's pool.
-    let http = reqwest::Client::new();
-    let mut ranks = 0;
-    for _ in 0..1000 {
-        let ready = http.get(format!("{url}/ready")).send().await.unwrap();
-        if ready.status() == 200 {
-            let (_, state) = get_json(&http, &format!("{url}/debug/state")).await;
-            ranks = state["scheduler"]["ledger"]["ranks"]
-                .as_array()
-                .map_or(0, Vec::len);
-            if ranks == 2 {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(ranks, 2, "the node never became ready with both workers");
-
-    let run = tokio::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("{url}/v1"))
-        .arg(MODEL)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("the Python client finishes within 120 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{} {} exited with {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        python.display(),
-        script.display(),
-        out.status
-    );
+    let fleet = Fleet::start(node_config(&policy)).await;
+    let stdout = fleet.run_client(&python, "openai_client.py", &[]).await;
     assert!(stdout.contains("ok unknown-class"), "{stdout}");
-    println!("{stdout}");
+    fleet.finish().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
 
-    // Every request's booking was released.
-    let mut state = Value::Null;
-    for _ in 0..300 {
-        let (status, s) = get_json(&http, &format!("{url}/debug/state")).await;
-        assert_eq!(status, 200);
-        state = s;
-        if ledger_is_idle(&state) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        ledger_is_idle(&state),
-        "router not idle: {}",
-        state["scheduler"]["ledger"]
-    );
-
-    let _ = stop.send(());
-    let result: Result<(), ServeError> = tokio::time::timeout(Duration::from_secs(10), served)
-        .await
-        .expect("serve returns after its shutdown")
-        .unwrap();
-    result.unwrap();
-    for worker in workers {
-        worker.shutdown().await.unwrap();
-    }
+/// With `[auth] keys_file`: the client's `api_key=` is the key. A good key gets its answers,
+/// a wrong one `AuthenticationError`, a class the key may not use `PermissionDeniedError`,
+/// and a key over its request rate `RateLimitError` with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_python_client_sends_its_api_key() {
+    let python = python();
+    let (dir, policy) = write_profile();
+    let (good, slow) = (generate_key().unwrap(), generate_key().unwrap());
+    let entry = |name: &str, key: &str, rest: &str| {
+        format!(
+            "[[keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nclasses = [\"interactive\"]\n{rest}\n",
+            to_hex(&hash_key(key))
+        )
+    };
+    let keys = dir.join("keys.toml");
+    let text = entry("team-a", &good, "") + &entry("slow", &slow, "requests_per_s = 0.05");
+    std::fs::write(&keys, text).unwrap();
+    let mut config = node_config(&policy);
+    config.auth.keys_file = Some(keys);
+    let fleet = Fleet::start(config).await;
+    let wrong = generate_key().unwrap();
+    let stdout = fleet
+        .run_client(&python, "openai_keys.py", &[&good, &wrong, &slow])
+        .await;
+    assert!(stdout.contains("all 6 checks passed"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    fleet.finish().await;
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,7 +1,8 @@
 //! Traces over OTLP: a request carrying a W3C `traceparent` produces spans in the client's
 //! trace, with every span pointing at its parent, exported to an in-process OTLP gRPC
 //! collector; the worker receives the `worker.leg` span as its parent. The request span
-//! carries the class and the classifier rule that chose it.
+//! carries the class, the classifier rule that chose it and the name of the API key (never
+//! the key).
 //!
 //! One test per binary: it installs the process-wide subscriber.
 
@@ -10,9 +11,13 @@
 mod support;
 
 use fake_opentelemetry_collector::{ExportedSpan, FakeCollectorServer};
+use router_core::PolicyProfile;
+use router_node::auth::{KeyStore, generate_key, hash_key, to_hex};
 use router_node::config::{OtlpProtocol, TelemetrySection};
 use router_node::frontend::Limits;
 use router_node::telemetry;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
@@ -52,16 +57,25 @@ async fn spans_reach_the_collector_in_the_clients_trace() {
         "{}\n[[classifiers]]\nname = \"model-m\"\nmodel = \"m\"\nclass = \"interactive\"\n",
         support::PROFILE
     );
-    let node = support::spawn_node_profiled(
+    let key = generate_key().unwrap();
+    let keys = format!(
+        "[[keys]]\nname = \"team-a\"\nsha256 = \"{}\"\nclasses = [\"interactive\"]\n",
+        to_hex(&hash_key(&key))
+    );
+    let policy = Arc::new(PolicyProfile::from_toml_str(&profile).unwrap());
+    let keys = Arc::new(KeyStore::from_text(Path::new("keys.toml"), &keys, policy).unwrap());
+    let node = support::spawn_node_tuned(
         &[&worker.url],
         Limits::default(),
         Default::default(),
         &profile,
+        |state| state.with_auth(keys),
     )
     .await;
     // A streaming request: `worker.leg` lives until the stream ends.
     let response = node
         .post("/v1/completions")
+        .bearer_auth(&key)
         .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
         .json(&serde_json::json!({"model": "m", "prompt": "hello", "stream": true}))
         .send()
@@ -100,6 +114,13 @@ async fn spans_reach_the_collector_in_the_clients_trace() {
     has(request, "http.route", "\"/v1/completions\"");
     has(request, "class", "\"interactive\"");
     has(request, "classifier.rule", "\"model-m\"");
+    has(request, "key", "\"team-a\"");
+    for span in &spans {
+        assert!(
+            span.attributes.values().all(|v| !v.contains(&key)),
+            "{span:#?}"
+        );
+    }
 
     // The worker got the leg as its parent, in the same trace.
     let seen = worker.seen.lock().unwrap().clone();

@@ -8,7 +8,10 @@
 //! cannot promote itself. A profile without rules keeps the plain behaviour: the header's
 //! class, else the default.
 //!
-//! Matching on the API key's name waits for API keys (not built).
+//! A request authenticated by an API key carries the key's name (a rule may match on it)
+//! and may carry the key's own default class, which then stands wherever the profile's
+//! `default_class` would (no header without rules; no rule matched). Whether the key may
+//! use the class the classification ends on is the caller's check, after this.
 
 use super::error::{ClassifyError, UnknownClass};
 use super::profile::PolicyProfile;
@@ -73,6 +76,8 @@ pub enum Condition {
         field: BodyField,
         values: Option<Vec<String>>,
     },
+    /// The name of the API key that authenticated the request, one of these.
+    Key(Vec<String>),
 }
 
 impl Condition {
@@ -91,6 +96,7 @@ impl Condition {
             Self::BodyField { field, values } => {
                 one_of((facts.body_field)(field).as_deref(), values)
             }
+            Self::Key(names) => facts.key.is_some_and(|key| names.iter().any(|n| n == key)),
         }
     }
 }
@@ -134,6 +140,11 @@ pub struct RequestFacts<'a> {
     pub max_tokens: u64,
     /// The explicit class the request asks for (`x-policy-class`); `None` or empty: none.
     pub requested: Option<&'a str>,
+    /// The name of the API key that authenticated the request; `None` without keys.
+    pub key: Option<&'a str>,
+    /// The class that stands in for the profile's `default_class` (the API key's default
+    /// class); `None`: the profile's.
+    pub default_class: Option<ClassId>,
     /// A header's value by lower-case name (the first one when repeated).
     pub header: &'a dyn Fn(&str) -> Option<&'a str>,
     /// A body field's value as text: strings as they are, numbers and booleans as their
@@ -149,6 +160,8 @@ impl fmt::Debug for RequestFacts<'_> {
             .field("prompt_tokens", &self.prompt_tokens)
             .field("max_tokens", &self.max_tokens)
             .field("requested", &self.requested)
+            .field("key", &self.key)
+            .field("default_class", &self.default_class)
             .finish_non_exhaustive()
     }
 }
@@ -157,7 +170,8 @@ impl fmt::Debug for RequestFacts<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClassSource {
-    /// The profile's default (no rule matched, or there are no rules and no header).
+    /// The default (no rule matched, or there are no rules and no header): the profile's,
+    /// or the one the request's API key stands in with.
     Default,
     /// The matched rule's class.
     Rule,
@@ -185,11 +199,19 @@ pub enum Classification {
 impl PolicyProfile {
     /// Classifies one request: the first matching rule decides, then the requested class
     /// is checked against what that rule permits. Without rules: the requested class
-    /// (unknown is an error), else the default.
+    /// (unknown is an error), else the default. The default is `facts.default_class` when
+    /// set (never with the fallback profile, whose one class is every request's).
     pub fn classify(&self, facts: &RequestFacts<'_>) -> Result<Classification, ClassifyError> {
         let requested = facts.requested.filter(|r| !r.is_empty());
+        let default = match facts.default_class {
+            Some(class) if !self.is_fallback() => class,
+            _ => self.default_class(),
+        };
         if self.classifiers().is_empty() {
-            let class = self.resolve(requested).map_err(ClassifyError::Unknown)?;
+            let class = match requested {
+                None => default,
+                Some(_) => self.resolve(requested).map_err(ClassifyError::Unknown)?,
+            };
             let source = match requested {
                 Some(_) if !self.is_fallback() => ClassSource::Header,
                 _ => ClassSource::Default,
@@ -214,7 +236,7 @@ impl PolicyProfile {
                     (*class, ClassSource::Rule, &rule.allow_header_override)
                 }
             },
-            None => (self.default_class(), ClassSource::Default, &[]),
+            None => (default, ClassSource::Default, &[]),
         };
         let rule = matched.map(|r| r.name.clone());
         let Some(name) = requested.filter(|_| !self.is_fallback()) else {

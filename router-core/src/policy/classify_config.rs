@@ -35,6 +35,8 @@ pub struct ClassifierConfig {
     /// A top-level body field (`user`) or `metadata.<key>`: present or equal to one of the
     /// values (strings, integers and booleans compare by their JSON text).
     pub body_field: Option<FieldMatchConfig>,
+    /// The name of the API key that authenticated the request: one name or a list.
+    pub key: Option<Values>,
     /// Action: run the request under this class.
     pub class: Option<String>,
     /// Action: answer the request with this status and message.
@@ -229,6 +231,16 @@ fn validate_rule(r: &ClassifierConfig, classes: &[ClassPolicy]) -> Result<Classi
             .map(|v| non_empty(&bad, "body_field.value", v))
             .transpose()?;
         conditions.push(Condition::BodyField { field, values });
+    }
+    if let Some(keys) = &r.key {
+        let names = non_empty(&bad, "key", keys)?;
+        if let Some(name) = names.iter().find(|n| !valid_name(n)) {
+            return Err(bad(
+                "key",
+                format!("`{name}` is not a key name (1-64 characters of [A-Za-z0-9_.-])"),
+            ));
+        }
+        conditions.push(Condition::Key(names));
     }
     let action = match (&r.class, &r.refuse) {
         (Some(class), None) => RuleAction::Class(class_id("class", class)?),

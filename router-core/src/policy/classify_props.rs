@@ -77,6 +77,7 @@ fn profile(rules: &[Rule]) -> PolicyProfile {
             max_tokens: None,
             header: None,
             body_field: None,
+            key: None,
             class: r.class.map(|c| CLASSES[c].to_owned()),
             refuse: r.class.is_none().then(|| RefuseConfig {
                 status: 429,

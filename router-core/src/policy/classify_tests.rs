@@ -63,6 +63,9 @@ pub(super) struct Req {
     pub requested: Option<String>,
     pub headers: Vec<(String, String)>,
     pub body: Vec<(BodyField, String)>,
+    /// The API key's name and default class.
+    pub key: Option<String>,
+    pub default_class: Option<ClassId>,
 }
 
 impl Req {
@@ -75,6 +78,8 @@ impl Req {
             requested: None,
             headers: Vec::new(),
             body: Vec::new(),
+            key: None,
+            default_class: None,
         }
     }
 
@@ -89,7 +94,7 @@ impl Req {
         self
     }
 
-    fn asking(mut self, class: &str) -> Self {
+    pub(super) fn asking(mut self, class: &str) -> Self {
         self.requested = Some(class.to_owned());
         self
     }
@@ -113,6 +118,8 @@ impl Req {
             prompt_tokens: self.prompt_tokens,
             max_tokens: self.max_tokens,
             requested: self.requested.as_deref(),
+            key: self.key.as_deref(),
+            default_class: self.default_class,
             header: &header,
             body_field: &body,
         })

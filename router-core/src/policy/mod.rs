@@ -17,8 +17,10 @@ pub use classify_config::{ClassifierConfig, FieldMatchConfig, RangeConfig, Refus
 pub use config::{ClassConfig, PolicyFile, RejectThresholdsConfig};
 pub use error::{ClassifyError, PolicyError, UnknownClass};
 pub use fraction::Fraction;
-pub use profile::{ClassPolicy, PolicyFormat, PolicyProfile, RejectThresholds};
+pub use profile::{ClassPolicy, PolicyFormat, PolicyProfile, RejectThresholds, valid_name};
 
+#[cfg(test)]
+mod classify_key_tests;
 #[cfg(test)]
 mod classify_props;
 #[cfg(test)]

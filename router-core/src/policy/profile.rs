@@ -294,7 +294,9 @@ impl PolicyProfile {
     }
 }
 
-pub(super) fn valid_name(name: &str) -> bool {
+/// A class, classifier rule or API key name: 1-64 characters of `[A-Za-z0-9_.-]` (they are
+/// metric label values and appear in error bodies).
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name

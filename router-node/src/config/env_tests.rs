@@ -228,6 +228,18 @@ fn an_out_of_range_value_keeps_its_message_and_names_the_variable() {
     assert_eq!(err.key(), Some("http.listen"));
     let err = load(None, &[(ENV_HTTP_LISTEN, "no port")]).unwrap_err();
     assert!(err.to_string().contains(ENV_HTTP_LISTEN), "{err}");
+    let err = load(None, &[("SWITCHYARD_AUTH__RELOAD_INTERVAL_MS", "10")]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("auth.reload_interval_ms must be 0")
+            && text.contains("SWITCHYARD_AUTH__RELOAD_INTERVAL_MS"),
+        "{text}"
+    );
+    let config = load(None, &[("SWITCHYARD_AUTH__KEYS_FILE", "/etc/keys.toml")]).unwrap();
+    assert_eq!(
+        config.auth.keys_file.as_deref(),
+        Some(Path::new("/etc/keys.toml"))
+    );
     let err = load(None, &[("SWITCHYARD_PEER_SYNC__LEASE_MS", "1")]).unwrap_err();
     assert!(
         err.to_string()
@@ -262,6 +274,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
     auth.user = Some("u".into());
     auth.password_file = Some("p".into());
     auth.token_file = Some("t".into());
+    config.auth.keys_file = Some("keys.toml".into());
     let tls = &mut config.bus.tls;
     tls.ca_file = Some("ca.pem".into());
     tls.cert_file = Some("c.pem".into());
@@ -292,7 +305,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
         keys += 1;
     }
     assert_eq!(
-        keys, 50,
+        keys, 52,
         "a key was added or removed: update the page and this count"
     );
 }

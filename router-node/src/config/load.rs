@@ -40,6 +40,9 @@ pub enum ConfigError {
         path: PathBuf,
         message: String,
     },
+    /// The API keys file cannot be read or is invalid (the message names the entry and key).
+    #[error("auth.keys_file {path}: {message}")]
+    AuthKeys { path: PathBuf, message: String },
     #[error("cannot print the configuration: {0}")]
     Print(String),
     /// An environment variable that does not parse as its key's type, or names no key.
@@ -71,6 +74,7 @@ impl ConfigError {
             Self::Invalid { key, .. } => Some(key),
             Self::Policy { .. } | Self::PolicyRead { .. } => Some("policy.path"),
             Self::Tokenizer { key, .. } => Some(key),
+            Self::AuthKeys { .. } => Some("auth.keys_file"),
             Self::Env { key, .. } => Some(key),
             Self::FromEnv { source, .. } => source.key(),
             _ => None,
@@ -133,13 +137,14 @@ impl Config {
     }
 
     /// A relative `policy.path`, `tokenizer.path`, `tokenizer.chat_template`,
-    /// `tokenizer.model_dir` or `[bus.auth]` / `[bus.tls]` file is relative to the directory
-    /// of the config file.
+    /// `tokenizer.model_dir`, `auth.keys_file` or `[bus.auth]` / `[bus.tls]` file is relative
+    /// to the directory of the config file.
     fn resolve_relative_paths(&mut self, config_file: &Path) {
         let Some(dir) = config_file.parent() else {
             return;
         };
         self.bus.resolve_relative_paths(dir);
+        self.auth.resolve_relative_paths(dir);
         for path in [
             &mut self.policy.path,
             &mut self.tokenizer.path,
@@ -247,6 +252,7 @@ impl Config {
             ));
         }
         self.bus.validate_security()?;
+        self.auth.validate()?;
         self.registry.allow_list()?;
         self.selection_config().validate().map_err(|e| {
             // router-core's message already starts with `selection.<field>`.

@@ -20,14 +20,17 @@
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, validation,
 //! conversion to the node's `NodeConfig`), `env.rs` (the environment layer), `tokenizer.rs`
 //! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`),
-//! `security.rs` (`[bus.auth]`, `[bus.tls]` and `[registry]`).
+//! `security.rs` (`[bus.auth]`, `[bus.tls]` and `[registry]`), `auth.rs` (`[auth]`: the API
+//! keys file).
 
+mod auth;
 mod engines;
 mod env;
 mod load;
 mod security;
 mod tokenizer;
 
+pub use auth::AuthSection;
 pub use engines::{EngineRole, EngineSection};
 pub use env::{
     ENV_ALIASES, ENV_CLUSTER, ENV_CONFIG, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT,
@@ -55,6 +58,8 @@ pub struct Config {
     pub tokenizer: TokenizerSection,
     pub disagg: DisaggSection,
     pub registry: RegistrySection,
+    /// `[auth]`: the API keys (`auth.rs`).
+    pub auth: AuthSection,
     /// Real engines this node links itself (`[[engines]]`, see `engines.rs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineSection>,

@@ -167,6 +167,36 @@ fn a_missing_file_names_it() {
 }
 
 #[test]
+fn a_relative_keys_file_is_relative_to_the_config_file_and_its_errors_name_the_key() {
+    let dir = temp_dir("keys");
+    let digest = "ab".repeat(32);
+    let entry = format!("[[keys]]\nname = \"a\"\nsha256 = \"{digest}\"\nclasses = [\"default\"]\n");
+    write(&dir, "keys.toml", &entry);
+    let path = write(&dir, "node.toml", "[auth]\nkeys_file = \"keys.toml\"\n");
+    let config = Config::load_with_env(Some(&path), no_env()).unwrap();
+    assert_eq!(
+        config.auth.keys_file.as_deref(),
+        Some(dir.join("keys.toml").as_path())
+    );
+    let profile = std::sync::Arc::new(config.policy_profile().unwrap());
+    let keys = config.auth.key_store(profile.clone()).unwrap().unwrap();
+    assert_eq!(keys.keys().names().collect::<Vec<_>>(), ["a"]);
+    // No file named: no keys (open).
+    assert!(
+        Config::default()
+            .auth
+            .key_store(profile.clone())
+            .unwrap()
+            .is_none()
+    );
+    write(&dir, "keys.toml", &entry.replace("default", "gold"));
+    let err = config.auth.key_store(profile).unwrap_err();
+    assert_eq!(err.key(), Some("auth.keys_file"));
+    assert!(err.to_string().contains("`classes` names `gold`"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_relative_policy_path_is_relative_to_the_config_file() {
     let dir = temp_dir("policy");
     write(

@@ -2,7 +2,9 @@
 //! and before any hop, the profile's `[[classifiers]]` pick the class (or refuse) from the
 //! request's facts. The class then travels with the request to every leg.
 //!
-//! Here: the facts of a parsed request ([`classify`]), the bookkeeping of each decision
+//! Here too: the `x-policy-class` header, and the class it decides alone before the body is
+//! read when there are no classifiers (`known_class`). Here: the facts of a parsed request
+//! ([`classify`]), the bookkeeping of each decision
 //! (the request span's `class` / `classifier.rule`, the
 //! `switchyard_classified_requests_total{class,rule}` counter, the per-rule counts that
 //! `/debug/state` shows under `classifiers`) and the error answers: a refusal with the
@@ -12,7 +14,9 @@
 use super::AppState;
 use super::admit::Class;
 use super::error::ApiError;
+use super::handlers::CLASS_HEADER;
 use super::openai::{Endpoint, ParsedRequest};
+use crate::auth::ApiKey;
 use axum::http::HeaderMap;
 use router_core::policy::{self, BodyField, Classification, ClassifyError, RequestFacts};
 use serde::Serialize;
@@ -25,13 +29,15 @@ use std::sync::Mutex;
 const NO_RULE: &str = "none";
 
 /// Classifies a parsed, tokenized request and records the decision. `requested` is the
-/// `x-policy-class` header's value (`None` or empty: none).
+/// `x-policy-class` header's value (`None` or empty: none); `key` the request's API key
+/// (a rule may match its name; its default class stands in for the profile's).
 pub(super) fn classify(
     state: &AppState,
     request: &ParsedRequest,
     prompt_tokens: usize,
     headers: &HeaderMap,
     requested: Option<&str>,
+    key: Option<&ApiKey>,
 ) -> Result<Class, ApiError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let body_field = |field: &BodyField| body_field(&request.body, field);
@@ -46,6 +52,8 @@ pub(super) fn classify(
             .max_tokens
             .unwrap_or(state.limits.default_max_tokens),
         requested,
+        key: key.map(ApiKey::name),
+        default_class: key.and_then(ApiKey::default_class),
         header: &header,
         body_field: &body_field,
     };
@@ -79,6 +87,39 @@ pub(super) fn classify(
             Err(ApiError::class_not_permitted(class, rule))
         }
     }
+}
+
+/// The `x-policy-class` header: `None` when absent or empty; unreadable bytes are a 400.
+pub(super) fn class_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
+        None | Some(Ok("")) => Ok(None),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(_)) => Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII")),
+    }
+}
+
+/// Without classifiers the header alone decides the class (without one, the API key's
+/// default class, else the profile's), so it is known (and an unknown one refused) before
+/// the body is read; with classifiers it is known once classified.
+pub(super) fn known_class(
+    state: &AppState,
+    requested: Option<&str>,
+    key: Option<&ApiKey>,
+) -> Result<Option<Class>, ApiError> {
+    if !state.profile.classifiers().is_empty() {
+        return Ok(None);
+    }
+    let id = match (requested, key.and_then(ApiKey::default_class)) {
+        (None, Some(default)) if !state.profile.is_fallback() => default,
+        _ => state
+            .profile
+            .resolve(requested)
+            .map_err(|e| ApiError::unknown_class(&e))?,
+    };
+    Ok(Some(Class {
+        id,
+        name: state.class_name(id),
+    }))
 }
 
 /// A body field as text: strings as they are, numbers and booleans as their JSON text.

@@ -7,7 +7,9 @@
 //! Status codes: malformed input 400, oversized body 413, a shed request (queue full,
 //! deadline, may-not-queue, overload) 429 with `Retry-After: 1`, no worker or no router 503,
 //! a failing worker 502, anything that is our bug 500; a class the `x-policy-class` header may
-//! not pick 403, and a classifier's refusal the rule's own status.
+//! not pick 403, and a classifier's refusal the rule's own status. With API keys: no valid
+//! key 401 (with `WWW-Authenticate: Bearer`), a class the key may not use 403, over the
+//! key's rate 429 with the wait as `Retry-After`, more tokens than the key's burst 413.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +41,8 @@ pub struct ApiError {
     pub reason: &'static str,
     /// The classifier rule that decided, when one did.
     pub rule: Option<String>,
+    /// `Retry-After` of a 429, in seconds (1 unless set; u32 keeps the error small).
+    pub retry_after: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -68,6 +72,7 @@ impl ApiError {
             stage,
             reason,
             rule: None,
+            retry_after: None,
         }
     }
 
@@ -158,6 +163,75 @@ impl ApiError {
         .class(Some(class));
         err.rule = rule;
         err
+    }
+
+    /// No valid API key: `missing` when the request sent none (or not as `Bearer`).
+    pub fn unauthenticated(missing: bool) -> Self {
+        let (reason, message) = if missing {
+            (
+                "missing_api_key",
+                "an API key is required: send it as `Authorization: Bearer <key>`",
+            )
+        } else {
+            ("invalid_api_key", "the API key is not valid")
+        };
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            Stage::Request,
+            reason,
+        )
+        .message(message)
+    }
+
+    /// The request's class is not one its API key may use.
+    pub fn class_not_entitled(key: &str, class: String, allowed: &[&str]) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            Stage::Request,
+            "class_not_entitled",
+        )
+        .message(format!(
+            "API key `{key}` may not use policy class `{class}` (it may use: {})",
+            allowed.join(", ")
+        ))
+        .class(Some(class))
+    }
+
+    /// Over an API key's rate (`what`: `requests` or `tokens`); retry after `retry_after`
+    /// seconds.
+    pub fn key_rate_limited(key: &str, what: &'static str, per_s: f64, retry_after: u64) -> Self {
+        let reason = if what == "tokens" {
+            "key_tokens_rate"
+        } else {
+            "key_requests_rate"
+        };
+        let mut err = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            Stage::Request,
+            reason,
+        )
+        .message(format!(
+            "API key `{key}` is over its limit of {per_s} {what}/s: retry after {retry_after} s"
+        ));
+        err.retry_after = Some(u32::try_from(retry_after).unwrap_or(u32::MAX));
+        err
+    }
+
+    /// More tokens than an API key's burst: the request can never pass under that key.
+    pub fn over_key_burst(key: &str, prompt: u64, output: u64, burst: u32) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            Stage::Request,
+            "key_tokens_burst",
+        )
+        .message(format!(
+            "this request counts {prompt} prompt + {output} output tokens, more than API key \
+             `{key}` may use at once ({burst}): lower `max_tokens` or shorten the prompt"
+        ))
     }
 
     /// The router refused the request.
@@ -276,9 +350,19 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if self.retryable() {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            let after = HeaderValue::from(self.retry_after.unwrap_or(1));
+            response.headers_mut().insert(header::RETRY_AFTER, after);
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            let challenge = if self.reason == "invalid_api_key" {
+                r#"Bearer error="invalid_token""#
+            } else {
+                "Bearer"
+            };
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
         }
         response
     }

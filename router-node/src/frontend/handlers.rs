@@ -1,18 +1,22 @@
 //! The route handlers: the two OpenAI routes (read, parse, tokenize, admit, proxy) and the
 //! operational ones (`/v1/models`, `/health`, `/ready`, `/metrics`, `/debug/state`).
 //!
-//! An OpenAI request goes: class header → permit → body under the size limit → parse →
-//! tokenize → classify (once, before any hop: `classify.rs`) → `route` → on admission a
+//! An OpenAI request goes: API key (`auth.rs`) → class header (and, without classifiers,
+//! the key's entitlement to it) → the key's request rate → permit → body under the size
+//! limit → parse → tokenize → classify (once, before any hop: `classify.rs`; then the key's
+//! entitlement) → the key's token rate → `route` → on admission a
 //! [`BookingGuard`] at once (no await in between, so a dropped handler can never leak a
 //! booking) → `proxy::forward`. Every failure is an [`ApiError`] counted under its class
 //! (`unknown` before the request was classified) and reason.
 
 use super::AppState;
 use super::admit::{Class, admit, route_request};
+use super::auth;
 use super::classify::classify;
 use super::error::ApiError;
 use super::openai::{Endpoint, ParsedRequest, PromptInput};
 use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
+use crate::auth::ApiKey;
 use crate::metrics::{RequestObserver, RequestOutcome};
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -55,6 +59,7 @@ async fn openai(
         "http.request",
         otel.kind = "server",
         http.route = endpoint.path(),
+        key = tracing::field::Empty,
         class = tracing::field::Empty,
         classifier.rule = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
@@ -77,19 +82,14 @@ async fn handle_openai(
     body: Body,
     observer: &mut RequestObserver,
 ) -> Response {
-    let header = class_header(&headers).and_then(|requested| {
-        let known = known_class(&state, requested)?;
-        Ok((requested, known))
-    });
-    if let Ok((_, Some(class))) = &header {
-        tracing::Span::current().record("class", class.name.as_str());
-    }
-    let (class, outcome) = match header {
-        Err(err) => (None, Err(err)),
+    let mut key = None;
+    let (class, outcome) = match auth::before_body(&state, &headers, &mut key) {
+        Err(refused) => (refused.class, Err(refused.error)),
         Ok((requested, known)) => {
             // Kept for the error path alone: the class moves into `prepare` (no clone per request).
             let known_id = known.as_ref().map(|c| c.id);
-            match prepare(&state, endpoint, &headers, body, requested, known).await {
+            let key = key.as_deref();
+            match prepare(&state, endpoint, &headers, body, requested, known, key).await {
                 Ok((prepared, class)) => {
                     observer.class(&class.name);
                     let outcome =
@@ -106,6 +106,7 @@ async fn handle_openai(
             }
         }
     };
+    auth::record(&state, key.as_deref(), outcome.as_ref().err());
     // A request that failed before its class was known has none: `unknown`.
     let label = class.as_ref().map_or("unknown", |c| c.name.as_str());
     state.metrics.request(endpoint.label(), label);
@@ -134,7 +135,8 @@ struct Prepared {
 }
 
 /// Everything before the first hop: a permit, the body under its limit, parsing and
-/// tokenizing, then the one classification (`classify`) every hop runs under.
+/// tokenizing, then the one classification (`classify`) every hop runs under, and the API
+/// key's checks that need the class or the tokens.
 async fn prepare(
     state: &AppState,
     endpoint: Endpoint,
@@ -142,6 +144,7 @@ async fn prepare(
     body: Body,
     requested: Option<&str>,
     known: Option<Class>,
+    key: Option<&ApiKey>,
 ) -> Result<(Prepared, Class), ApiError> {
     let permit = state
         .permits
@@ -161,11 +164,21 @@ async fn prepare(
     if forward_ids {
         request.set_prompt_ids(&tokens);
     }
-    // Without classifiers the header already decided (`known`): nothing more to evaluate.
+    // Without classifiers the header already decided (`known`, its key checked before the
+    // body): nothing more to evaluate.
     let class = match known {
         Some(class) => class,
-        None => classify(state, &request, tokens.len(), headers, requested)?,
+        None => {
+            let class = classify(state, &request, tokens.len(), headers, requested, key)?;
+            auth::entitle(key, &class)?;
+            class
+        }
     };
+    let output = request
+        .max_tokens
+        .unwrap_or(state.limits.default_max_tokens)
+        .min(state.limits.max_expected_output_tokens);
+    auth::limit_tokens(key, tokens.len() as u64, output)?;
     Ok((
         Prepared {
             request,
@@ -174,31 +187,6 @@ async fn prepare(
         },
         class,
     ))
-}
-
-/// The `x-policy-class` header: `None` when absent or empty; unreadable bytes are a 400.
-fn class_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
-    match headers.get(CLASS_HEADER).map(|v| v.to_str()) {
-        None | Some(Ok("")) => Ok(None),
-        Some(Ok(v)) => Ok(Some(v)),
-        Some(Err(_)) => Err(ApiError::bad_header(CLASS_HEADER, "must be visible ASCII")),
-    }
-}
-
-/// Without classifiers the header alone decides the class, so it is known (and an unknown
-/// one refused) before the body is read; with classifiers it is known once classified.
-fn known_class(state: &AppState, requested: Option<&str>) -> Result<Option<Class>, ApiError> {
-    if !state.profile.classifiers().is_empty() {
-        return Ok(None);
-    }
-    let id = state
-        .profile
-        .resolve(requested)
-        .map_err(|e| ApiError::unknown_class(&e))?;
-    Ok(Some(Class {
-        id,
-        name: state.class_name(id),
-    }))
 }
 
 async fn admit_and_forward(
@@ -310,13 +298,21 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     Ok(Bytes::from(buf))
 }
 
-pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+/// The model list; with API keys, for a valid key only.
+pub(super) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    match auth::authenticate(&state, &headers) {
+        Ok(key) => auth::record(&state, key.as_deref(), None),
+        Err(error) => {
+            auth::record(&state, None, Some(&error));
+            return error.into_response();
+        }
+    }
     let data: Vec<_> = state
         .models
         .iter()
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
-    Json(json!({"object": "list", "data": data}))
+    Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// 200 while the node's actors run (or are being restarted); 503 with the reason once its
@@ -373,8 +369,10 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// The admitting router's `Observe` snapshot at the top level, the classifier decisions per
-/// rule under `classifiers`, workers that refused connections under `worker_breaker` and, when the node is attached, every actor's snapshot under
-/// `node` (routers of all pools, peer sync, KV events, registry).
+/// rule under `classifiers`, workers that refused connections under `worker_breaker`, the
+/// API keys in use under `auth` (names, classes, limits; never a key or digest) and, when
+/// the node is attached, every actor's snapshot under `node` (routers of all pools, peer
+/// sync, KV events, registry).
 pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
     let Ok(snapshot) = state.router.observe().await else {
         return ApiError::router_gone().into_response();
@@ -388,6 +386,11 @@ pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response 
         map.insert("classifiers".to_owned(), counts);
         let breaker = serde_json::to_value(state.breaker.snapshot()).unwrap_or_default();
         map.insert("worker_breaker".to_owned(), breaker);
+        let auth = match &state.auth {
+            Some(store) => serde_json::to_value(store.snapshot()).unwrap_or_default(),
+            None => json!({"mode": "open"}),
+        };
+        map.insert("auth".to_owned(), auth);
         if let Some(node) = state.metrics.node() {
             map.insert("node".to_owned(), node.gather().await.to_json());
         }

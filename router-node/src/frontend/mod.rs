@@ -1,6 +1,8 @@
 //! The OpenAI-compatible HTTP frontend of a router node (axum).
 //!
-//! One request's path: `handlers` reads the body under a size limit and `openai` parses it
+//! One request's path: `auth` checks its API key when the node has keys (401 without a
+//! valid one; the key's classes and rates: 403, 429), `handlers` reads the body under a
+//! size limit and `openai` parses it
 //! (prompt, chat messages, `max_tokens`, `stream`) and tokenizes the prompt; `classify` picks
 //! the class once, before any hop (the profile's `[[classifiers]]`, or the `x-policy-class`
 //! header, else the default); the pool's `RouterHandle::route` admits or rejects it;
@@ -14,7 +16,8 @@
 //! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
 //! decode leg instead (`disagg`).
 //!
-//! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `openai.rs`,
+//! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `auth.rs` (API
+//! keys: authentication, entitlements, rate limits), `openai.rs`,
 //! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
 //! `disagg/`, `error.rs`, `prompter.rs` (the [`Prompter`]: tokenizer and chat rendering),
 //! `tokenizer.rs` (the [`Tokenizer`]), `huggingface.rs` (a `tokenizer.json`), `split.rs`
@@ -24,6 +27,7 @@
 
 mod admit;
 mod assemble;
+mod auth;
 mod breaker;
 mod chat_template;
 mod classify;
@@ -55,6 +59,7 @@ pub use proxy::BookingGuard;
 pub use split::{SPLIT_MIN_BYTES, pieces};
 pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
 
+use crate::auth::KeyStore;
 use axum::Router;
 use axum::routing::{get, post};
 use axum::serve::{ListenerExt as _, TapIo};
@@ -179,6 +184,8 @@ pub struct AppState {
     /// Workers that refused connections: a request is retried once elsewhere, and a worker
     /// that keeps refusing is ejected for a while (`breaker`).
     pub breaker: Arc<breaker::WorkerBreaker>,
+    /// The API keys (`auth.rs`); `None`: open, every client may use every class.
+    pub auth: Option<Arc<KeyStore>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -218,7 +225,15 @@ impl AppState {
             forward_token_ids: false,
             bus_connected: None,
             breaker: Arc::new(breaker::WorkerBreaker::default()),
+            auth: None,
         })
+    }
+
+    /// Requires an API key of `keys` on the OpenAI routes (and `/v1/models`).
+    pub fn with_auth(mut self, keys: Arc<KeyStore>) -> Self {
+        self.metrics.auth_keys(keys.keys().len());
+        self.auth = Some(keys);
+        self
     }
 
     /// Reports the bus connection in `/ready`'s body.

@@ -15,7 +15,8 @@
 //! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or
 //! `none`), `endpoint` is one of the two OpenAI routes, `reason` is a fixed label from
 //! `ApiError` / `RejectReason::label()`, `outcome` one of five words, `pool` one of three,
-//! `worker`/`dp_rank` the registered workers' ranks. No request ids.
+//! `worker`/`dp_rank` the registered workers' ranks, `key` an API key's name from the keys
+//! file (or `none`). No request ids, no keys.
 //!
 //! With a node attached ([`Metrics::with_node`]), every scrape also observes the node's
 //! actors (`scrape.rs`) and renders their families fresh each time (a worker or class that
@@ -32,7 +33,7 @@ pub use families::BuildInfo;
 pub use request::{RequestObserver, RequestOutcome};
 pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, pool_label};
 
-use families::HttpFamilies;
+use families::{AuthFamilies, HttpFamilies};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::registry::Registry;
 use router_core::{PrefixHit, WorkerId};
@@ -51,6 +52,7 @@ const SCRAPED: [&str; 5] = [
 pub struct Metrics {
     registry: Registry,
     http: HttpFamilies,
+    auth: AuthFamilies,
     /// The node observed at each scrape, if any.
     node: Option<NodeSources>,
 }
@@ -81,9 +83,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("switchyard");
         let http = HttpFamilies::register(&mut registry);
+        let auth = AuthFamilies::register(&mut registry);
         Self {
             registry,
             http,
+            auth,
             node: None,
         }
     }
@@ -143,6 +147,31 @@ impl Metrics {
                 ("class", class.to_owned()),
                 ("rule", rule.to_owned()),
             ])
+            .inc();
+    }
+
+    /// A request checked against the API keys: `key` is the key's name (`none`: no valid
+    /// key), `outcome` one of the fixed words of `frontend::auth`.
+    pub fn auth_request(&self, key: &str, outcome: &'static str) {
+        self.auth
+            .requests
+            .get_or_create(&vec![
+                ("key", key.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// The number of API keys in use.
+    pub fn auth_keys(&self, keys: usize) {
+        self.auth.keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+    }
+
+    /// A reload of the keys file: `ok` or `error`.
+    pub fn auth_reload(&self, outcome: &'static str) {
+        self.auth
+            .reloads
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
             .inc();
     }
 

@@ -50,6 +50,8 @@ pub struct Seen {
     pub path: String,
     pub body: Value,
     pub traceparent: Option<String>,
+    /// The `Authorization` header, if the router sent one.
+    pub authorization: Option<String>,
 }
 
 /// How the stand-in worker misbehaves.
@@ -122,6 +124,10 @@ async fn stream_chunks(
         body: serde_json::from_str(&body).unwrap_or(Value::Null),
         traceparent: headers
             .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        authorization: headers
+            .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });

@@ -5,15 +5,19 @@
 //! - `frontend.rs`: the frontend's families ([`HttpFamilies`]), registered once and recorded
 //!   into as requests go (admission, per-request latencies and tokens, per-worker upstream
 //!   calls, prefix reuse, build info).
+//! - `auth.rs`: the API keys' families ([`AuthFamilies`]): requests by key and outcome, keys
+//!   in use, reloads of the keys file.
 //! - `node.rs`: the node's families ([`NodeFamilies`]), built fresh for each scrape from what
 //!   the actors answered (`record.rs`), so a worker or class that is gone leaves no series.
 //!
 //! Every family is registered under the registry prefix `switchyard` (prometheus-client
 //! adds it, and `_total` to counters).
 
+mod auth;
 mod frontend;
 mod node;
 
+pub(super) use auth::AuthFamilies;
 pub(super) use frontend::HttpFamilies;
 pub(super) use node::NodeFamilies;
 
@@ -171,7 +175,11 @@ mod tests {
     /// The families registered in this folder's sources (the string after each
     /// `.register(`), without the `switchyard_` prefix and the counters' `_total`.
     fn declared() -> std::collections::BTreeSet<String> {
-        let sources = [include_str!("frontend.rs"), include_str!("node.rs")];
+        let sources = [
+            include_str!("frontend.rs"),
+            include_str!("node.rs"),
+            include_str!("auth.rs"),
+        ];
         sources
             .iter()
             .flat_map(|source| source.split(".register(").skip(1))
