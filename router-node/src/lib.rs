@@ -3,7 +3,8 @@
 //!
 //! - `auth`: API keys with class entitlements and rate limits: the keys file, its reloads,
 //!   key material for `router-node keys`.
-//! - `bench`: `router-node bench`: replays a Mooncake trace against an OpenAI endpoint.
+//! - `bench`: `router-node bench`: replays a Mooncake trace (or synthetic load) against an
+//!   OpenAI endpoint, with progress, plots and a report; `trace synth`'s trace generator.
 //! - `config`: the node's typed TOML configuration (defaults, file, environment).
 //! - `frontend`: the OpenAI-compatible HTTP frontend (axum) in front of a pool's router.
 //! - `link`: `router-node link`: a sidecar making one real engine (vLLM, SGLang) a worker of

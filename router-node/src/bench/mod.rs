@@ -1,133 +1,52 @@
 //! `router-node bench`: replays a Mooncake trace (`trace`), or sends synthetic load at a
 //! constant rate (`workload`), against any OpenAI-compatible endpoint, open loop, and
-//! measures it per policy class (`report`).
+//! measures it per policy class (`report`), with a live view on stderr (`progress`) and SVG
+//! plots beside the JSON result (`plots`).
 //!
-//! Every trace line becomes one streaming `POST {url}/v1/completions` whose `prompt` is token
-//! ids synthesised from the line's hash ids (shared hash ids, shared prefix), `max_tokens` =
-//! min(`output_length`, `max_output_tokens`), and an `x-policy-class` header (one class, a
-//! seeded weighted draw per request, or none). Open loop: request `i` is sent by its own
-//! task at `timestamp_i / speedup` (synthetic: `i / rate`) after the start, whatever the
-//! earlier requests are doing. The streaming exchange and the latency histograms are
-//! `crate::loadgen`'s, shared with the HTTP demo.
+//! Every trace line becomes one streaming request (`prompt`: `POST {url}/v1/completions`, or
+//! `/v1/chat/completions` with `--api chat`) whose prompt is synthesised from the line's hash
+//! ids (token ids, or words with `--prompt-format text`; shared hash ids, shared prefix),
+//! `max_tokens` = min(`output_length`, `max_output_tokens`), and an `x-policy-class` header
+//! (`classes`: one class, a seeded weighted draw per request, or none). Open loop: request
+//! `i` is sent by its own task at `timestamp_i / speedup` (synthetic: `i / rate`) after the
+//! start, whatever the earlier requests are doing. The streaming exchange and the latency
+//! histograms are `crate::loadgen`'s, shared with the HTTP demo.
 //!
 //! [`run_until`] stops sending when its `stop` future resolves (the command: the first
 //! Ctrl-C or SIGTERM); requests already sent still finish and are reported. With
-//! `per_request`, the report also lists every request (send time, class, outcome, status,
-//! reason, TTFT, end to end) so a run can be cut into phases by send time
-//! (`started_unix_ms` + `sent_ms`).
+//! `per_request`, the report also lists every request (`record`) so a run can be cut into
+//! phases by send time (`started_unix_ms` + `sent_ms`). With plots, the endpoint's
+//! `/metrics` is sampled during the run for the queue depth (`queue`; skipped quietly when
+//! the endpoint is not a Switchyard node). `synth` generates traces (`router-node trace
+//! synth`).
 
+mod classes;
+pub mod plots;
+pub mod progress;
+pub mod prompt;
+pub mod queue;
+pub mod record;
 pub mod report;
+pub mod synth;
 pub mod trace;
 pub mod workload;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{Rng as _, SeedableRng as _};
-use serde_json::json;
 use tokio::time::Instant;
 
-pub use report::{BenchReport, ClassStats, Finished, RecordOutcome, RequestRecord};
+pub use classes::ClassChoice;
+pub use plots::PlotTarget;
+pub use prompt::{Api, PromptFormat};
+pub use record::{Finished, RecordOutcome, RequestRecord};
+pub use report::{BenchReport, ClassStats};
 pub use trace::{Trace, TraceRecord, prompt_tokens};
 pub use workload::{Synthetic, Workload};
 
 use crate::loadgen;
-
-/// How often the progress line is printed.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
-
-/// Which policy class each request runs under.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClassChoice {
-    /// No `x-policy-class` header: the endpoint's default class (reported as "default").
-    Default,
-    /// Every request in this class.
-    Fixed(String),
-    /// A seeded weighted draw per request.
-    Weighted(Vec<(String, f64)>),
-}
-
-impl ClassChoice {
-    /// Parses `name=weight,name=weight` (weights positive, names distinct).
-    pub fn parse_weights(spec: &str) -> Result<Self, BenchError> {
-        let usage = |m: String| BenchError::Usage(format!("--classes {spec:?}: {m}"));
-        let mut out: Vec<(String, f64)> = Vec::new();
-        for part in spec.split(',') {
-            let (name, weight) = part
-                .split_once('=')
-                .ok_or_else(|| usage(format!("{part:?} is not name=weight")))?;
-            let name = name.trim();
-            let weight: f64 = weight
-                .trim()
-                .parse()
-                .map_err(|_| usage(format!("the weight of {name:?} is not a number")))?;
-            if name.is_empty() || !(weight.is_finite() && weight > 0.0) {
-                return Err(usage(format!(
-                    "{part:?}: a name and a positive weight are needed"
-                )));
-            }
-            if out.iter().any(|(n, _)| n == name) {
-                return Err(usage(format!("{name:?} is named twice")));
-            }
-            out.push((name.to_owned(), weight));
-        }
-        Ok(Self::Weighted(out))
-    }
-
-    /// The classes of the requests in send order, drawn as they are sent.
-    fn drawer(&self, seed: u64) -> ClassDrawer<'_> {
-        ClassDrawer {
-            choice: self,
-            rng: SmallRng::seed_from_u64(seed),
-        }
-    }
-
-    /// The class of each of `n` requests (`None`: no header).
-    #[cfg(test)]
-    fn assign(&self, n: usize, seed: u64) -> Vec<Option<String>> {
-        let mut drawer = self.drawer(seed);
-        (0..n).map(|_| drawer.next_class()).collect()
-    }
-
-    /// The classes in report order.
-    fn names(&self) -> Vec<String> {
-        match self {
-            Self::Default => vec![report::DEFAULT_CLASS.to_owned()],
-            Self::Fixed(name) => vec![name.clone()],
-            Self::Weighted(w) => w.iter().map(|(n, _)| n.clone()).collect(),
-        }
-    }
-}
-
-/// Draws each request's class ([`ClassChoice`]), reproducibly from a seed.
-struct ClassDrawer<'a> {
-    choice: &'a ClassChoice,
-    rng: SmallRng,
-}
-
-impl ClassDrawer<'_> {
-    /// The next request's class (`None`: no header).
-    fn next_class(&mut self) -> Option<String> {
-        match self.choice {
-            ClassChoice::Default => None,
-            ClassChoice::Fixed(name) => Some(name.clone()),
-            ClassChoice::Weighted(weights) => {
-                let total: f64 = weights.iter().map(|(_, w)| w).sum();
-                let mut x = self.rng.random::<f64>() * total;
-                for (name, w) in weights {
-                    if x < *w {
-                        return Some(name.clone());
-                    }
-                    x -= w;
-                }
-                weights.last().map(|(name, _)| name.clone())
-            }
-        }
-    }
-}
+use progress::{Live, Progress};
 
 /// What `router-node bench` was asked for.
 #[derive(Debug, Clone)]
@@ -148,10 +67,20 @@ pub struct BenchOptions {
     /// Longest one request may take end to end.
     pub timeout: Duration,
     pub seed: u64,
-    /// Print a start line, then a progress line every second, to stderr.
+    /// Show the run's progress on stderr: a start line, then a live bar on a terminal or a
+    /// plain line a second elsewhere (`progress`).
     pub progress: bool,
     /// List every request in the report (`requests`).
     pub per_request: bool,
+    /// Prompts as token ids or as text (chat always sends text).
+    pub prompt_format: PromptFormat,
+    pub api: Api,
+    /// Where to draw the SVG plots (`None`: none).
+    pub plots: Option<PlotTarget>,
+    /// The endpoint's Prometheus metrics for the queue-depth plot (`None`: `{url}/metrics`).
+    pub metrics_url: Option<String>,
+    /// TTFT objectives per class, in ms: the report's SLO attainment.
+    pub slo: Vec<(String, f64)>,
 }
 
 impl BenchOptions {
@@ -180,6 +109,11 @@ impl BenchOptions {
             seed: 7,
             progress: false,
             per_request: false,
+            prompt_format: PromptFormat::Tokens,
+            api: Api::Completions,
+            plots: None,
+            metrics_url: None,
+            slo: Vec::new(),
         }
     }
 }
@@ -201,6 +135,8 @@ pub enum BenchError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot write the plots to {path}: {message}")]
+    WritePlots { path: PathBuf, message: String },
     #[error("{0}")]
     Internal(String),
 }
@@ -210,7 +146,7 @@ impl BenchError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Usage(_) | Self::Trace { .. } | Self::ReadTrace { .. } => 2,
-            Self::WriteJson { .. } | Self::Internal(_) => 1,
+            Self::WriteJson { .. } | Self::WritePlots { .. } | Self::Internal(_) => 1,
         }
     }
 }
@@ -220,11 +156,8 @@ pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     run_until(opts, std::future::pending()).await
 }
 
-/// [`run`], sending no more requests once `stop` resolves; those already sent finish.
-pub async fn run_until(
-    opts: &BenchOptions,
-    stop: impl std::future::Future<Output = ()>,
-) -> Result<BenchReport, BenchError> {
+/// Checks what does not depend on the workload; the endpoint's base URL without a final `/`.
+fn check(opts: &BenchOptions) -> Result<&str, BenchError> {
     if !(opts.speedup.is_finite() && opts.speedup > 0.0) {
         return Err(BenchError::Usage(
             "--speedup must be a positive number".into(),
@@ -235,13 +168,37 @@ pub async fn run_until(
             "--block-tokens and --max-output-tokens must be at least 1".into(),
         ));
     }
+    if let Some((class, ms)) = opts
+        .slo
+        .iter()
+        .find(|(_, ms)| !(ms.is_finite() && *ms > 0.0))
+    {
+        return Err(BenchError::Usage(format!(
+            "--slo {class}={ms}: the TTFT objective must be a positive number of ms"
+        )));
+    }
     let base = opts.url.trim_end_matches('/');
-    if !(base.starts_with("http://") || base.starts_with("https://")) {
+    let http = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+    if !http(base) {
         return Err(BenchError::Usage(format!(
             "--url {:?} must start with http:// or https://",
             opts.url
         )));
     }
+    if let Some(url) = opts.metrics_url.as_deref().filter(|u| !http(u)) {
+        return Err(BenchError::Usage(format!(
+            "--metrics-url {url:?} must start with http:// or https://"
+        )));
+    }
+    Ok(base)
+}
+
+/// [`run`], sending no more requests once `stop` resolves; those already sent finish.
+pub async fn run_until(
+    opts: &BenchOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<BenchReport, BenchError> {
+    let base = check(opts)?;
     // Every trace arrival is checked before the first request goes out.
     let plan = workload::Plan::new(opts).await?;
     let total = plan.requests();
@@ -250,30 +207,22 @@ pub async fn run_until(
         .pool_max_idle_per_host(1024)
         .build()
         .map_err(|e| BenchError::Internal(format!("building the HTTP client: {e}")))?;
-    let url = format!("{base}/v1/completions");
+    let url = format!("{base}{}", opts.api.path());
     let mut classes = opts.classes.drawer(opts.seed);
-    let sent = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
+    let live = Arc::new(Live::default());
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let start = Instant::now();
-    let of_total = total.map_or_else(String::new, |t| format!("/{t}"));
-    let progress = opts.progress.then(|| {
-        eprintln!(
-            "bench: started, sending {} to {url}",
-            opts.workload.describe()
-        );
-        let (sent, done, of_total) = (sent.clone(), done.clone(), of_total.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(PROGRESS_EVERY);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let (s, d) = (sent.load(Ordering::Relaxed), done.load(Ordering::Relaxed));
-                eprintln!("bench: sent {s}{of_total}, done {d}{of_total}");
-            }
-        })
+    let progress = opts
+        .progress
+        .then(|| Progress::start(live.clone(), total, &opts.workload.describe(), &url));
+    let sampler = opts.plots.as_ref().map(|_| {
+        let metrics = opts
+            .metrics_url
+            .clone()
+            .unwrap_or_else(|| format!("{base}/metrics"));
+        queue::Sampler::start(client.clone(), metrics, start)
     });
     let mut tasks = Vec::new();
     let mut interrupted = false;
@@ -288,21 +237,16 @@ pub async fn run_until(
             () = tokio::time::sleep_until(start + arrival.offset) => {}
         }
         let class = classes.next_class();
-        let (client, url, sent, done) = (client.clone(), url.clone(), sent.clone(), done.clone());
-        let model = opts.model.clone();
+        let (client, url, live) = (client.clone(), url.clone(), live.clone());
+        let body = opts
+            .api
+            .body(&opts.model, arrival.prompt, arrival.max_tokens);
         tasks.push(tokio::spawn(async move {
-            let body = json!({
-                "model": model,
-                "prompt": arrival.prompt,
-                "max_tokens": arrival.max_tokens,
-                "stream": true,
-                "stream_options": {"include_usage": true},
-            });
-            sent.fetch_add(1, Ordering::Relaxed);
+            live.sent();
             let sent_at = start.elapsed();
             let outcome = loadgen::send_streaming(&client, &url, class.as_deref(), &body).await;
             let took = start.elapsed().saturating_sub(sent_at);
-            done.fetch_add(1, Ordering::Relaxed);
+            live.finished(&outcome);
             Finished {
                 index: index as u64,
                 class,
@@ -321,12 +265,14 @@ pub async fn run_until(
     }
     let wall = start.elapsed();
     if let Some(progress) = progress {
-        progress.abort();
-        let (s, d) = (sent.load(Ordering::Relaxed), done.load(Ordering::Relaxed));
-        let why = if interrupted { " (stopped early)" } else { "" };
-        eprintln!("bench: sent {s}{of_total}, done {d}{of_total}{why}");
+        progress.finish(interrupted);
     }
-    let report = BenchReport::build(
+    let queue_depth = match sampler {
+        Some(sampler) => sampler.stop().await,
+        None => Vec::new(),
+    };
+    let records: Vec<RequestRecord> = finished.iter().map(RequestRecord::of).collect();
+    let mut report = BenchReport::build(
         &opts.classes.names(),
         &finished,
         report::RunFacts {
@@ -337,38 +283,41 @@ pub async fn run_until(
             wall,
             started_unix_ms,
             interrupted,
-            per_request: opts.per_request,
+            slo: opts.slo.clone(),
         },
     )
     .map_err(|e| BenchError::Internal(format!("histogram: {e}")))?;
+    report.queue_depth = queue_depth;
+    if opts.per_request {
+        report.requests = records.clone();
+    }
+    if let Some(target) = opts.plots.clone() {
+        let queue = report.queue_depth.clone();
+        let written = tokio::task::spawn_blocking(move || plots::write(&target, &records, &queue))
+            .await
+            .map_err(|e| BenchError::Internal(format!("drawing the plots: {e}")))??;
+        if opts.progress {
+            let names: Vec<String> = written
+                .iter()
+                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            if let Some(dir) = written.first().and_then(|p| p.parent()) {
+                eprintln!("bench: plots in {}: {}", dir.display(), names.join(", "));
+            }
+        }
+        report.plots = written;
+    }
     if let Some(path) = &opts.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| BenchError::Internal(format!("encoding the result: {e}")))?;
-        tokio::fs::write(path, text + "\n")
-            .await
-            .map_err(|source| BenchError::WriteJson {
-                path: path.clone(),
-                source,
-            })?;
+        let failed = |source| BenchError::WriteJson {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir).await.map_err(failed)?;
+        }
+        tokio::fs::write(path, text + "\n").await.map_err(failed)?;
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn class_weights_parse_and_draw_every_class_reproducibly() {
-        let choice =
-            ClassChoice::parse_weights("interactive=3,batch=1").unwrap_or_else(|e| panic!("{e}"));
-        let a = choice.assign(400, 1);
-        assert_eq!(a, choice.assign(400, 1));
-        let batch = a.iter().filter(|c| c.as_deref() == Some("batch")).count();
-        assert!((60..=140).contains(&batch), "{batch}");
-        for bad in ["a", "a=0", "a=x", "=1", "a=1,a=2"] {
-            let err = ClassChoice::parse_weights(bad).err();
-            assert!(matches!(err, Some(BenchError::Usage(_))), "{bad}");
-        }
-    }
 }

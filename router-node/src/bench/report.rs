@@ -9,16 +9,18 @@
 //! `ok` requests' prompt tokens the endpoint reported as cached
 //! (`usage.prompt_tokens_details.cached_tokens`); `None` when it reported none.
 //!
-//! With `per_request`, `requests` lists every request in send order ([`RequestRecord`]):
-//! when it was sent (ms after `started_unix_ms`), its class, bucket, HTTP status, reason,
-//! TTFT and end to end, so a run can be cut by send time (e.g. into the phases of a fault).
+//! With `per_request`, `requests` lists every request in send order ([`RequestRecord`],
+//! `record.rs`), so a run can be cut by send time (e.g. into the phases of a fault).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::queue::QueueSample;
+use super::record::{Finished, RecordOutcome, RequestRecord, bucket};
 use crate::loadgen::Outcome;
 use crate::report::{
     ClassTable, Column, Latency, Percentiles, cell, col, reason_counts, reasons_line, round,
@@ -26,81 +28,6 @@ use crate::report::{
 
 /// The class name of requests sent without a class header.
 pub const DEFAULT_CLASS: &str = "default";
-
-/// One finished request: its place in send order, its class (`None`: no header), when it
-/// was sent (after the run's start), how long it took and how it ended.
-#[derive(Debug, Clone)]
-pub struct Finished {
-    pub index: u64,
-    pub class: Option<String>,
-    pub sent_at: Duration,
-    pub took: Duration,
-    pub outcome: Outcome,
-}
-
-/// Which bucket a request landed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordOutcome {
-    Ok,
-    Shed,
-    Error,
-}
-
-/// One request of the run, as `requests` lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestRecord {
-    /// Send order, from 0.
-    pub index: u64,
-    pub class: String,
-    /// Sent this long after the run's start (`started_unix_ms`).
-    pub sent_ms: f64,
-    pub outcome: RecordOutcome,
-    /// The HTTP status; `None` when no response came.
-    pub status: Option<u16>,
-    /// Why it was shed or failed (as in `shed_by_reason` / `errors_by_reason`).
-    pub reason: Option<String>,
-    pub ttft_ms: Option<f64>,
-    /// Send → the end of its answer, whatever the outcome.
-    pub e2e_ms: f64,
-}
-
-/// The bucket of `outcome` and, unless it is ok, the reason.
-fn bucket(outcome: &Outcome) -> (RecordOutcome, Option<String>) {
-    match outcome {
-        Outcome::Admitted(r) if r.completed => (RecordOutcome::Ok, None),
-        Outcome::Admitted(_) => (RecordOutcome::Error, Some("incomplete_stream".to_owned())),
-        Outcome::Rejected {
-            status: Some(429 | 503),
-            reason,
-        } => (RecordOutcome::Shed, Some(reason.clone())),
-        Outcome::Rejected { reason, .. } => (RecordOutcome::Error, Some(reason.clone())),
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    round(d.as_secs_f64() * 1e3, 3)
-}
-
-impl RequestRecord {
-    fn of(f: &Finished) -> Self {
-        let (outcome, reason) = bucket(&f.outcome);
-        let (status, ttft) = match &f.outcome {
-            Outcome::Admitted(r) => (Some(200), r.ttft.map(ms)),
-            Outcome::Rejected { status, .. } => (*status, None),
-        };
-        Self {
-            index: f.index,
-            class: f.class.as_deref().unwrap_or(DEFAULT_CLASS).to_owned(),
-            sent_ms: ms(f.sent_at),
-            outcome,
-            status,
-            reason,
-            ttft_ms: ttft,
-            e2e_ms: ms(f.took),
-        }
-    }
-}
 
 /// One class's numbers (or the overall ones, class `"all"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +52,13 @@ pub struct ClassStats {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     pub prefix_hit_pct: Option<f64>,
+    /// The class's TTFT objective (`--slo`), in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_ttft_ms: Option<f64>,
+    /// Of the requests sent under an objective, the share that were ok with a TTFT within
+    /// it, in % (shed and failed requests miss it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_attainment_pct: Option<f64>,
 }
 
 /// The result of one replay.
@@ -147,6 +81,13 @@ pub struct BenchReport {
     /// Every request in send order (with `per_request`; empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<RequestRecord>,
+    /// Requests waiting per class during the run, from the node's `/metrics` (with plots,
+    /// when the endpoint is a Switchyard node; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_depth: Vec<QueueSample>,
+    /// The SVG plots written for the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plots: Vec<PathBuf>,
 }
 
 /// Run facts the clients do not measure.
@@ -159,8 +100,8 @@ pub struct RunFacts {
     pub wall: Duration,
     pub started_unix_ms: u64,
     pub interrupted: bool,
-    /// List every request in the report.
-    pub per_request: bool,
+    /// TTFT objectives per class, in ms.
+    pub slo: Vec<(String, f64)>,
 }
 
 struct Acc {
@@ -169,10 +110,13 @@ struct Acc {
     itl: Latency,
     e2e: Latency,
     reported_cache: bool,
+    /// Requests sent under an objective, and those that met it.
+    slo_sent: u64,
+    slo_met: u64,
 }
 
 impl Acc {
-    fn new(class: &str) -> Result<Self, hdrhistogram::CreationError> {
+    fn new(class: &str, slo: Option<f64>) -> Result<Self, hdrhistogram::CreationError> {
         Ok(Self {
             stats: ClassStats {
                 class: class.to_owned(),
@@ -192,18 +136,33 @@ impl Acc {
                 prompt_tokens: 0,
                 cached_tokens: 0,
                 prefix_hit_pct: None,
+                slo_ttft_ms: slo,
+                slo_attainment_pct: None,
             },
             ttft: Latency::new()?,
             itl: Latency::new()?,
             e2e: Latency::new()?,
             reported_cache: false,
+            slo_sent: 0,
+            slo_met: 0,
         })
     }
 
-    fn add(&mut self, outcome: &Outcome) {
+    /// Adds one request, sent under the TTFT objective `slo` (ms) when there is one.
+    fn add(&mut self, outcome: &Outcome, slo: Option<f64>) {
         let s = &mut self.stats;
         s.sent += 1;
         let (bucket, reason) = bucket(outcome);
+        if let Some(slo) = slo {
+            self.slo_sent += 1;
+            let met = match (bucket, outcome) {
+                (RecordOutcome::Ok, Outcome::Admitted(r)) => {
+                    r.ttft.is_some_and(|t| t.as_secs_f64() * 1e3 <= slo)
+                }
+                _ => false,
+            };
+            self.slo_met += u64::from(met);
+        }
         let reason = reason.unwrap_or_default();
         match (bucket, outcome) {
             (RecordOutcome::Ok, Outcome::Admitted(r)) => {
@@ -246,6 +205,8 @@ impl Acc {
         s.output_tokens_per_s = round(s.output_tokens as f64 / secs, 2);
         s.prefix_hit_pct = (self.reported_cache && s.prompt_tokens > 0)
             .then(|| round(s.cached_tokens as f64 * 100.0 / s.prompt_tokens as f64, 2));
+        s.slo_attainment_pct = (self.slo_sent > 0)
+            .then(|| round(self.slo_met as f64 * 100.0 / self.slo_sent as f64, 2));
         self.stats
     }
 }
@@ -269,6 +230,27 @@ const COLUMNS: &[Column] = &[
     col("hit %", 6),
 ];
 
+/// The columns with the SLO attainment (when an objective was given).
+const COLUMNS_SLO: &[Column] = &[
+    col("class", 12),
+    col("sent", 6),
+    col("ok", 6),
+    col("shed", 6),
+    col("errors", 6),
+    col("ttft p50", 9),
+    col("ttft p90", 9),
+    col("ttft p99", 9),
+    col("itl p50", 8),
+    col("itl p99", 8),
+    col("e2e p50", 9),
+    col("e2e p99", 9),
+    col("req/s", 8),
+    col("out tok/s", 9),
+    col("hit %", 6),
+    col("slo", 7),
+    col("slo ok %", 8),
+];
+
 impl BenchReport {
     /// Folds the outcomes into per-class rows in `classes` order (classes not listed are
     /// appended as they appear) and an overall row.
@@ -277,24 +259,32 @@ impl BenchReport {
         finished: &[Finished],
         facts: RunFacts,
     ) -> Result<Self, hdrhistogram::CreationError> {
+        let slo_of = |class: &str| {
+            facts
+                .slo
+                .iter()
+                .find(|(c, _)| c == class)
+                .map(|&(_, ms)| ms)
+        };
         let mut accs = classes
             .iter()
-            .map(|c| Acc::new(c))
+            .map(|c| Acc::new(c, slo_of(c)))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut overall = Acc::new("all")?;
+        let mut overall = Acc::new("all", None)?;
         for f in finished {
             let name = f.class.as_deref().unwrap_or(DEFAULT_CLASS);
+            let slo = slo_of(name);
             let i = match accs.iter().position(|a| a.stats.class == name) {
                 Some(i) => i,
                 None => {
-                    accs.push(Acc::new(name)?);
+                    accs.push(Acc::new(name, slo)?);
                     accs.len() - 1
                 }
             };
             if let Some(acc) = accs.get_mut(i) {
-                acc.add(&f.outcome);
+                acc.add(&f.outcome, slo);
             }
-            overall.add(&f.outcome);
+            overall.add(&f.outcome, slo);
         }
         Ok(Self {
             url: facts.url,
@@ -306,11 +296,9 @@ impl BenchReport {
             interrupted: facts.interrupted,
             classes: accs.into_iter().map(|a| a.finish(facts.wall)).collect(),
             overall: overall.finish(facts.wall),
-            requests: if facts.per_request {
-                finished.iter().map(RequestRecord::of).collect()
-            } else {
-                Vec::new()
-            },
+            requests: Vec::new(),
+            queue_depth: Vec::new(),
+            plots: Vec::new(),
         })
     }
 
@@ -335,7 +323,8 @@ impl BenchReport {
                 ""
             }
         );
-        let mut table = ClassTable::new(COLUMNS);
+        let with_slo = self.classes.iter().any(|c| c.slo_ttft_ms.is_some());
+        let mut table = ClassTable::new(if with_slo { COLUMNS_SLO } else { COLUMNS });
         for c in self.classes.iter().chain(std::iter::once(&self.overall)) {
             table.row(&[
                 c.class.clone(),
@@ -353,6 +342,9 @@ impl BenchReport {
                 format!("{:.2}", c.request_rate),
                 format!("{:.1}", c.output_tokens_per_s),
                 cell(c.prefix_hit_pct),
+                c.slo_ttft_ms
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms}")),
+                cell(c.slo_attainment_pct),
             ]);
         }
         s.push_str(&table.finish());
@@ -361,6 +353,13 @@ impl BenchReport {
             "(ok = HTTP 200 streamed to [DONE]; shed = HTTP 429/503; latencies of ok requests in \
              wall-clock ms; hit % = cached / prompt tokens as the endpoint reported them)"
         );
+        if with_slo {
+            let _ = writeln!(
+                s,
+                "(slo = the class's TTFT objective in ms; slo ok % = sent requests that were ok \
+                 within it, shed and failed ones missing it)"
+            );
+        }
         for c in &self.classes {
             let mut reasons = reason_counts("shed ", &c.shed_by_reason);
             reasons.extend(reason_counts("error ", &c.errors_by_reason));

@@ -3,9 +3,10 @@
 //! Each `hash_id` names one block of `block_tokens` prompt tokens; lines that share a
 //! leading run of hash ids share that prompt prefix.
 //!
-//! [`prompt_tokens`] turns a record into token ids: block `h` at position `j` is always the
-//! same token (a hash of `(h, j)`), so equal hash ids give equal token runs and the prefix
-//! sharing of the trace survives. The prompt is cut to `input_length` (at most
+//! [`prompt_keys`] turns a record into one key per prompt position: block `h` at position
+//! `j` is always the same key (a hash of `(h, j)`), so equal hash ids give equal runs and the
+//! prefix sharing of the trace survives as token ids ([`prompt_tokens`]) or as words
+//! (`prompt.rs`). The prompt is cut to `input_length` (at most
 //! [`MAX_INPUT_LENGTH`], or the line is refused); when the hash ids cover fewer tokens, the
 //! rest are private to the line (a hash of the line number).
 //!
@@ -16,15 +17,13 @@ use std::io::Read as _;
 use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::BenchError;
+use super::prompt::token;
 
 /// The first two bytes of every gzip member.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
-/// Token ids are drawn below this (inside every common vocabulary).
-const VOCAB: u64 = 100_000;
 
 /// The longest prompt a record may ask for (2 Mi tokens, beyond any model's context): a line
 /// claiming `u64::MAX` tokens would otherwise make the replay build a prompt without end.
@@ -32,7 +31,7 @@ pub const MAX_INPUT_LENGTH: u64 = 1 << 21;
 
 /// One request of the trace. All four fields are required (a misspelt `hash_ids` must not
 /// quietly mean "no shared prefix"); fields beyond them are ignored (trace variants add some).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceRecord {
     /// Arrival, milliseconds after the trace's start.
     pub timestamp: u64,
@@ -125,31 +124,38 @@ pub(super) fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-pub(super) fn token(seed: u64) -> u32 {
-    // VOCAB < 2^32, so the remainder always fits.
-    u32::try_from(mix(seed) % VOCAB).unwrap_or(0)
-}
-
-/// The prompt of `record` (line `line` of the trace) as token ids, `block_tokens` per hash id.
-pub fn prompt_tokens(record: &TraceRecord, line: usize, block_tokens: usize) -> Vec<u32> {
+/// The prompt keys of `record` (line `line` of the trace), `block_tokens` per hash id: one
+/// key per prompt position, a hash of the block's id and the position in the block, so
+/// equal hash ids give equal runs of keys. Past its hash ids, the prompt's keys are private
+/// to the line. `crate::bench::prompt` turns keys into token ids or words.
+pub fn prompt_keys(record: &TraceRecord, line: usize, block_tokens: usize) -> Vec<u64> {
     let len = usize::try_from(record.input_length).unwrap_or(usize::MAX);
     let block_tokens = block_tokens.max(1);
-    let mut tokens = Vec::with_capacity(len.min(1 << 20));
+    let mut keys = Vec::with_capacity(len.min(1 << 20));
     'blocks: for &h in &record.hash_ids {
+        let block = mix(h);
         for j in 0..block_tokens {
-            if tokens.len() >= len {
+            if keys.len() >= len {
                 break 'blocks;
             }
-            tokens.push(token(mix(h) ^ (j as u64).rotate_left(40)));
+            keys.push(block ^ (j as u64).rotate_left(40));
         }
     }
     let private = mix((1 << 63) | line as u64);
     let mut j = 0_u64;
-    while tokens.len() < len {
-        tokens.push(token(private ^ j));
+    while keys.len() < len {
+        keys.push(private ^ j);
         j += 1;
     }
-    tokens
+    keys
+}
+
+/// The prompt of `record` (line `line` of the trace) as token ids, `block_tokens` per hash id.
+pub fn prompt_tokens(record: &TraceRecord, line: usize, block_tokens: usize) -> Vec<u32> {
+    prompt_keys(record, line, block_tokens)
+        .into_iter()
+        .map(token)
+        .collect()
 }
 
 #[cfg(test)]
@@ -262,7 +268,7 @@ mod tests {
         assert!(a[..16].iter().any(|&t| t != a[0]));
         let c = prompt_tokens(&record(32, &[8, 7]), 3, 16);
         assert_eq!(c[..16], a[16..32]);
-        assert!(a.iter().all(|&t| u64::from(t) < VOCAB));
+        assert!(a.iter().all(|&t| t < 100_000));
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //!
 //! Synthetic load: request `i` is sent `i / rate` seconds after the start, for `duration`
 //! (or until `max_requests`, or until the run is stopped: Ctrl-C / SIGTERM for the command).
-//! Every prompt is `prompt_tokens` token ids private to the request and the seed (no two
-//! requests, and no two runs with different seeds, share a prefix), and asks for
-//! `max_output_tokens`.
+//! Every prompt is `prompt_tokens` positions (token ids, or words with `--prompt-format
+//! text`) private to the request and the seed (no two requests, and no two runs with
+//! different seeds, share a prefix), and asks for `max_output_tokens`.
 //!
 //! [`Plan`] turns either into the arrivals the dispatcher walks: each request's offset from
 //! the start, its prompt and its `max_tokens`. A trace's arrivals are all checked before the
@@ -15,7 +15,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::trace::{Trace, mix, prompt_tokens, token};
+use super::prompt::{Prompt, PromptFormat};
+use super::trace::{Trace, mix, prompt_keys};
 use super::{BenchError, BenchOptions};
 
 /// Where the requests come from.
@@ -61,7 +62,7 @@ pub struct Synthetic {
 pub struct Arrival {
     /// After the run's start.
     pub offset: Duration,
-    pub prompt: Vec<u32>,
+    pub prompt: Prompt,
     pub max_tokens: u64,
 }
 
@@ -72,12 +73,14 @@ pub enum Plan {
     Trace {
         records: Vec<(usize, super::TraceRecord, Duration)>,
         block_tokens: usize,
+        format: PromptFormat,
     },
     Synthetic {
         synthetic: Synthetic,
         /// Requests to send (`None`: until stopped).
         count: Option<u64>,
         seed: u64,
+        format: PromptFormat,
     },
 }
 
@@ -106,6 +109,7 @@ impl Plan {
                 Ok(Self::Trace {
                     records: out,
                     block_tokens: opts.block_tokens,
+                    format: opts.api.format(opts.prompt_format),
                 })
             }
             Workload::Synthetic(s) => {
@@ -135,6 +139,7 @@ impl Plan {
                     synthetic: s.clone(),
                     count,
                     seed: opts.seed,
+                    format: opts.api.format(opts.prompt_format),
                 })
             }
         }
@@ -154,12 +159,13 @@ impl Plan {
             Self::Trace {
                 records,
                 block_tokens,
+                format,
             } => Box::new(
                 records
                     .into_iter()
                     .map(move |(line, record, offset)| Arrival {
                         offset,
-                        prompt: prompt_tokens(&record, line, block_tokens),
+                        prompt: Prompt::of_keys(&prompt_keys(&record, line, block_tokens), format),
                         max_tokens: record.output_length.min(max_output_tokens).max(1),
                     }),
             ),
@@ -167,13 +173,17 @@ impl Plan {
                 synthetic,
                 count,
                 seed,
+                format,
             } => Box::new((0..count.unwrap_or(u64::MAX)).map_while(move |i| {
                 let offset = Duration::try_from_secs_f64(i as f64 / synthetic.rate)
                     .ok()
                     .filter(|o| o.as_secs() < MAX_OFFSET_SECS)?;
                 Some(Arrival {
                     offset,
-                    prompt: synthetic_prompt(seed, i, synthetic.prompt_tokens),
+                    prompt: Prompt::of_keys(
+                        &synthetic_keys(seed, i, synthetic.prompt_tokens),
+                        format,
+                    ),
                     max_tokens: max_output_tokens,
                 })
             })),
@@ -184,10 +194,10 @@ impl Plan {
 /// Offsets past this (about 31 years) are out of range: `Instant + offset` must not overflow.
 const MAX_OFFSET_SECS: u64 = 1 << 30;
 
-/// `len` token ids private to request `i` of a run with `seed`.
-pub fn synthetic_prompt(seed: u64, i: u64, len: u64) -> Vec<u32> {
+/// `len` prompt keys private to request `i` of a run with `seed`.
+pub fn synthetic_keys(seed: u64, i: u64, len: u64) -> Vec<u64> {
     let private = mix(mix(seed) ^ i.rotate_left(32));
-    (0..len).map(|j| token(private ^ j)).collect()
+    (0..len).map(|j| private ^ j).collect()
 }
 
 #[cfg(test)]
@@ -249,8 +259,8 @@ mod tests {
 
     #[test]
     fn synthetic_prompts_depend_on_the_seed_and_the_request() {
-        assert_eq!(synthetic_prompt(1, 3, 16), synthetic_prompt(1, 3, 16));
-        assert_ne!(synthetic_prompt(1, 3, 16), synthetic_prompt(2, 3, 16));
-        assert_ne!(synthetic_prompt(1, 3, 16), synthetic_prompt(1, 4, 16));
+        assert_eq!(synthetic_keys(1, 3, 16), synthetic_keys(1, 3, 16));
+        assert_ne!(synthetic_keys(1, 3, 16), synthetic_keys(2, 3, 16));
+        assert_ne!(synthetic_keys(1, 3, 16), synthetic_keys(1, 4, 16));
     }
 }

@@ -2,12 +2,14 @@
 //! time); `serve` runs a router node
 //! (`router_node::serve`); `worker --sim` runs a simulated engine (`router_node::worker`);
 //! `print-config` prints the effective configuration; `bench` replays a trace against an
-//! endpoint (`router_node::bench`); `keys new` / `keys hash` make API keys and their
-//! digests for the keys file (`router_node::auth`).
+//! endpoint (`bench.rs`, over `router_node::bench`); `trace synth` writes a synthetic trace
+//! (`trace.rs`); `keys new` / `keys hash` make API keys and their digests for the keys file
+//! (`router_node::auth`).
 //!
 //! Exit codes: 0 success (a bench run that finished, even with shed requests), 1 a demo
 //! whose accounting or ledgers came out wrong, a node that failed while running or a bench
-//! run whose every request failed in transport, 2 a usage, configuration or trace error.
+//! run whose every request failed in transport or whose files could not be written, 2 a
+//! usage, configuration or trace error.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -18,6 +20,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::demo;
 use router_node::config::Config;
+
+mod bench;
+mod trace;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -46,7 +51,11 @@ enum Command {
     /// endpoint, open loop, and report TTFT / ITL / end-to-end percentiles, throughput, shed
     /// rate and prefix hit rate per class. Ctrl-C or SIGTERM stops sending; the requests
     /// already sent finish and are reported (a second Ctrl-C exits at once).
-    Bench(BenchArgs),
+    Bench(Box<bench::BenchArgs>),
+    /// Trace tools: `trace synth` writes a synthetic Mooncake trace with the prefix sharing
+    /// asked for (system prompts, conversation depth, fan-out, arrival process).
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
     /// Print the effective configuration (defaults, then the file, then the environment)
     /// as TOML.
     PrintConfig(ConfigArgs),
@@ -134,66 +143,6 @@ struct ConfigArgs {
     config: Option<PathBuf>,
 }
 
-#[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("workload").required(true).args(["trace", "rate"]))]
-struct BenchArgs {
-    /// The trace: Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`,
-    /// `hash_ids`), plain or gzipped.
-    #[arg(long, value_name = "PATH")]
-    trace: Option<PathBuf>,
-    /// Instead of a trace: synthetic load, this many requests per second, evenly spaced;
-    /// each prompt private to its request (`--prompt-tokens`), `--max-output-tokens` output
-    /// tokens.
-    #[arg(long, value_name = "PER_SECOND", conflicts_with = "trace")]
-    rate: Option<f64>,
-    /// With --rate: send for this many seconds (default: until --max-requests, Ctrl-C or
-    /// SIGTERM).
-    #[arg(long, value_name = "SECONDS", requires = "rate")]
-    duration: Option<f64>,
-    /// With --rate: prompt tokens of every request.
-    #[arg(long, default_value_t = 256, requires = "rate", value_parser = clap::value_parser!(u64).range(1..=2_097_152))]
-    prompt_tokens: u64,
-    /// The endpoint's base URL (requests go to URL/v1/completions).
-    #[arg(long, value_name = "BASE_URL")]
-    url: String,
-    /// Divide every arrival time of the trace by this.
-    #[arg(long, default_value_t = 1.0)]
-    speedup: f64,
-    /// Replay only the first N records (with --rate: send at most N requests).
-    #[arg(long, value_name = "N")]
-    max_requests: Option<usize>,
-    /// Send every request in this policy class (`x-policy-class`).
-    #[arg(long, value_name = "NAME", conflicts_with = "classes")]
-    class: Option<String>,
-    /// A seeded weighted class per request, e.g. interactive=3,batch=1.
-    #[arg(long, value_name = "NAME=WEIGHT,...")]
-    classes: Option<String>,
-    /// Cap on each request's `max_tokens` (the trace's output_length otherwise; with --rate,
-    /// every request's `max_tokens`).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
-    max_output_tokens: u64,
-    /// Prompt tokens per trace hash id.
-    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    block_tokens: u64,
-    /// The `model` of every request.
-    #[arg(long, default_value = "sim")]
-    model: String,
-    /// Also write the result as JSON to this file.
-    #[arg(long, value_name = "PATH")]
-    json: Option<PathBuf>,
-    /// In the JSON file, also list every request: its send time (ms after
-    /// `started_unix_ms`), class, outcome (ok / shed / error), HTTP status, reason, TTFT and
-    /// end-to-end time.
-    #[arg(long, requires = "json")]
-    per_request: bool,
-    /// Longest one request may take end to end.
-    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
-    timeout_secs: u64,
-    /// Seed of the weighted class draw (and of the synthetic prompts).
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-}
-
 /// Parses `args` (including the program name) and runs the command.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
@@ -209,7 +158,8 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Serve(args) => router_node::serve::main(args.config.as_deref()),
         Command::Worker(args) => router_node::worker::run(&args),
         Command::Link(args) => router_node::link::run(&args),
-        Command::Bench(args) => run_bench(args),
+        Command::Bench(args) => bench::run(*args),
+        Command::Trace(command) => trace::run(command),
         Command::PrintConfig(args) => print_config(&args),
         Command::Keys(command) => run_keys(command),
     }
@@ -266,100 +216,6 @@ fn print_config(args: &ConfigArgs) -> ExitCode {
             eprintln!("router-node print-config: {e}");
             ExitCode::from(1)
         }
-    }
-}
-
-fn run_bench(args: BenchArgs) -> ExitCode {
-    use router_node::bench::{self, BenchOptions, ClassChoice, Synthetic, Workload};
-    let classes = match (args.class, args.classes.as_deref()) {
-        (Some(name), _) => ClassChoice::Fixed(name),
-        (None, Some(spec)) => match ClassChoice::parse_weights(spec) {
-            Ok(choice) => choice,
-            Err(e) => {
-                eprintln!("router-node bench: {e}");
-                return ExitCode::from(e.exit_code());
-            }
-        },
-        (None, None) => ClassChoice::Default,
-    };
-    let workload = match (args.trace, args.rate) {
-        (Some(trace), _) => Workload::Trace(trace),
-        (None, rate) => {
-            let duration = match args.duration.map(std::time::Duration::try_from_secs_f64) {
-                None => None,
-                Some(Ok(d)) if !d.is_zero() => Some(d),
-                Some(_) => {
-                    eprintln!("router-node bench: --duration must be a positive number of seconds");
-                    return ExitCode::from(2);
-                }
-            };
-            Workload::Synthetic(Synthetic {
-                rate: rate.unwrap_or(0.0),
-                duration,
-                prompt_tokens: args.prompt_tokens,
-            })
-        }
-    };
-    let opts = BenchOptions {
-        workload,
-        speedup: args.speedup,
-        max_requests: args.max_requests,
-        classes,
-        max_output_tokens: args.max_output_tokens,
-        block_tokens: usize::try_from(args.block_tokens).unwrap_or(usize::MAX),
-        model: args.model,
-        json: args.json,
-        timeout: std::time::Duration::from_secs(args.timeout_secs),
-        seed: args.seed,
-        progress: true,
-        per_request: args.per_request,
-        ..BenchOptions::new(PathBuf::new(), args.url)
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("router-node bench: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(async { bench::run_until(&opts, stop_signal()).await }) {
-        Ok(report) => {
-            print!("{}", report.render_table());
-            if report.all_transport_failures() {
-                eprintln!(
-                    "router-node bench: every request failed in transport; is {} up?",
-                    opts.url
-                );
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => {
-            eprintln!("router-node bench: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
-}
-
-/// Resolves at the first Ctrl-C or SIGTERM (the handlers are installed at the call); a
-/// second one exits the process at once (130). Call it inside the runtime.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
-    let first = router_node::serve::shutdown_signal();
-    async move {
-        first.await;
-        eprintln!(
-            "router-node bench: stopping: no more requests sent, waiting for those in flight"
-        );
-        let second = router_node::serve::shutdown_signal();
-        tokio::spawn(async move {
-            second.await;
-            eprintln!("router-node bench: stopped without waiting");
-            std::process::exit(130);
-        });
     }
 }
 
