@@ -81,6 +81,9 @@ pub struct BenchOptions {
     pub metrics_url: Option<String>,
     /// TTFT objectives per class, in ms: the report's SLO attainment.
     pub slo: Vec<(String, f64)>,
+    /// Requests sent one after another before the run and left out of it (a fresh
+    /// endpoint loads its tokenizer, opens connections...).
+    pub warmup: u32,
 }
 
 impl BenchOptions {
@@ -114,6 +117,7 @@ impl BenchOptions {
             plots: None,
             metrics_url: None,
             slo: Vec::new(),
+            warmup: 0,
         }
     }
 }
@@ -193,6 +197,25 @@ fn check(opts: &BenchOptions) -> Result<&str, BenchError> {
     Ok(base)
 }
 
+/// Sends `opts.warmup` short requests one after another (prompts private to the warm-up,
+/// no class header, one output token); how many came back ok.
+async fn warm_up(opts: &BenchOptions, client: &reqwest::Client, url: &str) -> u32 {
+    let format = opts.api.format(opts.prompt_format);
+    let mut ok = 0;
+    for i in 0..opts.warmup {
+        let keys = workload::synthetic_keys(opts.seed ^ WARMUP_SEED, u64::from(i), 16);
+        let body = opts
+            .api
+            .body(&opts.model, prompt::Prompt::of_keys(&keys, format), 1);
+        let outcome = loadgen::send_streaming(client, url, None, &body).await;
+        ok += u32::from(record::bucket(&outcome).0 == RecordOutcome::Ok);
+    }
+    ok
+}
+
+/// Keeps the warm-up's prompts apart from the run's synthetic ones.
+const WARMUP_SEED: u64 = 0x5741_524d;
+
 /// [`run`], sending no more requests once `stop` resolves; those already sent finish.
 pub async fn run_until(
     opts: &BenchOptions,
@@ -208,6 +231,12 @@ pub async fn run_until(
         .build()
         .map_err(|e| BenchError::Internal(format!("building the HTTP client: {e}")))?;
     let url = format!("{base}{}", opts.api.path());
+    if opts.warmup > 0 {
+        let ok = warm_up(opts, &client, &url).await;
+        if opts.progress {
+            eprintln!("bench: warm-up: {ok} of {} requests ok", opts.warmup);
+        }
+    }
     let mut classes = opts.classes.drawer(opts.seed);
     let live = Arc::new(Live::default());
     let started_unix_ms = std::time::SystemTime::now()
@@ -271,6 +300,17 @@ pub async fn run_until(
         Some(sampler) => sampler.stop().await,
         None => Vec::new(),
     };
+    if let Some(metrics) = opts
+        .metrics_url
+        .as_deref()
+        .filter(|_| queue_depth.is_empty())
+    {
+        // Asked for by name: say why its plot is missing (the default URL stays quiet).
+        eprintln!(
+            "bench: no {} at {metrics}: no queue-depth plot",
+            queue::QUEUE_DEPTH
+        );
+    }
     let records: Vec<RequestRecord> = finished.iter().map(RequestRecord::of).collect();
     let mut report = BenchReport::build(
         &opts.classes.names(),

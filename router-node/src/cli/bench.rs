@@ -84,6 +84,10 @@ pub struct BenchArgs {
     /// BASE_URL/metrics; a Switchyard node's admin address when it has one).
     #[arg(long, value_name = "URL")]
     metrics_url: Option<String>,
+    /// Send this many short requests one after another before the run, and leave them out
+    /// of it (a fresh endpoint loads its tokenizer and opens connections on the first ones).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    warmup: u32,
     /// Longest one request may take end to end.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_secs: u64,
@@ -171,6 +175,7 @@ fn options(args: BenchArgs) -> Result<BenchOptions, String> {
         plots,
         metrics_url: args.metrics_url,
         slo: parse_slo(&args.slo)?,
+        warmup: args.warmup,
         ..BenchOptions::new(PathBuf::new(), args.url)
     })
 }
