@@ -112,6 +112,8 @@ impl Prompt {
         }
     }
 
+    /// The prompt as text: token ids are read as keys and become words (only for a chat body
+    /// built from ids by hand; `Api::format` makes every chat prompt text to begin with).
     fn into_text(self) -> String {
         match self {
             Self::Text(text) => text,
