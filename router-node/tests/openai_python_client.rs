@@ -13,7 +13,7 @@ use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
 use router_node::config::{BusKind, Config};
-use router_node::serve::{ServeError, serve_with_bus};
+use router_node::serve::{Listeners, ServeError, serve_with_bus};
 use router_sim::{SimConfig, SimWorker};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -95,6 +95,7 @@ fn node_config(policy: &Path) -> Config {
     config.node.cluster = format!("pyclient-{}", uuid::Uuid::new_v4().simple());
     config.bus.kind = BusKind::InProcess;
     config.http.listen = "127.0.0.1:0".to_owned();
+    config.admin.listen = "127.0.0.1:0".to_owned();
     config.http.drain_timeout_ms = 5_000;
     config.http.models = vec![MODEL.to_owned()];
     config.policy.path = Some(policy.to_path_buf());
@@ -158,10 +159,11 @@ async fn the_official_openai_python_client_works_against_a_node() {
     let config = node_config(&policy);
     let cluster = config.node.cluster.clone();
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let listener = TcpListener::bind(&config.http.listen).await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let listeners = Listeners::bind(&config).await.unwrap();
+    let url = format!("http://{}", listeners.public.local_addr().unwrap());
+    let admin = format!("http://{}", listeners.admin.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+    let served = tokio::spawn(serve_with_bus(config, listeners, bus.clone(), async {
         let _ = stopped.await;
     }));
 
@@ -176,7 +178,7 @@ async fn the_official_openai_python_client_works_against_a_node() {
     for _ in 0..1000 {
         let ready = http.get(format!("{url}/ready")).send().await.unwrap();
         if ready.status() == 200 {
-            let (_, state) = get_json(&http, &format!("{url}/debug/state")).await;
+            let (_, state) = get_json(&http, &format!("{admin}/debug/state")).await;
             ranks = state["scheduler"]["ledger"]["ranks"]
                 .as_array()
                 .map_or(0, Vec::len);
@@ -215,7 +217,7 @@ async fn the_official_openai_python_client_works_against_a_node() {
     // Every request's booking was released.
     let mut state = Value::Null;
     for _ in 0..300 {
-        let (status, s) = get_json(&http, &format!("{url}/debug/state")).await;
+        let (status, s) = get_json(&http, &format!("{admin}/debug/state")).await;
         assert_eq!(status, 200);
         state = s;
         if ledger_is_idle(&state) {

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 const CLIENTS: usize = 4;
 const OUTAGE: Duration = Duration::from_secs(10);
 
-/// How many bookings each replica's ledger holds (its own and its peers').
+/// How many bookings each replica's ledger holds (its own and its peers'), from each one's
+/// admin listener at `urls`.
 async fn booking_counts(http: &reqwest::Client, urls: &[String]) -> Vec<u64> {
     let mut out = Vec::new();
     for url in urls {
@@ -57,6 +58,11 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         .iter()
         .map(|r| r.url().to_owned())
         .collect();
+    let admin_urls: Vec<String> = cluster
+        .replicas
+        .iter()
+        .map(|r| r.admin_url().to_owned())
+        .collect();
     let http = reqwest::Client::new();
 
     let (stop, load) = clients(&url, CLIENTS, 4);
@@ -70,7 +76,7 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
         assert_eq!(body["bus"], "disconnected", "{body}");
     }
     // Cut off, each replica sees only its own new bookings (and keeps its peers' last ones).
-    let apart = booking_counts(&http, &replica_urls).await;
+    let apart = booking_counts(&http, &admin_urls).await;
     println!("bookings each replica's ledger holds, 3 s into the outage: {apart:?}");
     tokio::time::sleep(OUTAGE - Duration::from_secs(3)).await;
     cluster.nats.restart().await.unwrap();
@@ -92,7 +98,7 @@ async fn a_ten_second_nats_outage_under_load_fails_no_request() {
     // requests whose deltas are in flight, at most one per client), sampled every 100 ms.
     let reconnected = Instant::now();
     let agreed = loop {
-        let counts = booking_counts(&http, &replica_urls).await;
+        let counts = booking_counts(&http, &admin_urls).await;
         let spread = counts.iter().max().unwrap() - counts.iter().min().unwrap();
         if spread <= CLIENTS as u64 {
             break reconnected.elapsed();

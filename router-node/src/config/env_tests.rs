@@ -250,6 +250,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
     config.node.router_id = Some(uuid::Uuid::nil());
     config.policy.path = Some("p.toml".into());
     config.telemetry.otlp_endpoint = Some("http://c:4317".into());
+    config.admin.token_file = Some("admin.token".into());
     let t = &mut config.tokenizer;
     t.model_dir = Some("m".into());
     t.path = Some("t.json".into());
@@ -292,7 +293,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
         keys += 1;
     }
     assert_eq!(
-        keys, 50,
+        keys, 59,
         "a key was added or removed: update the page and this count"
     );
 }

@@ -1,25 +1,28 @@
 //! `router-node serve`: one router node behind the OpenAI-compatible HTTP frontend.
 //!
 //! config → telemetry → bus (NATS, or in-process) → `Node::start` (with one engine link per
-//! `[[engines]]` entry under its supervisor) → bind the listener →
-//! the frontend on it, `/ready` following the node's readiness → on SIGINT/SIGTERM: `/ready`
-//! turns false, requests are still accepted for `http.shutdown_delay_ms` (the load balancer
-//! notices), then no new connections are accepted, in-flight requests and streams get up to
-//! `http.drain_timeout_ms` to finish, and the node's actors stop (peers get a goodbye).
+//! `[[engines]]` entry under its supervisor) → bind both listeners → the public app (the
+//! OpenAI API, `/health`, `/ready`) on `http.listen` and the admin app (`/metrics`,
+//! `/debug/state`, `/health`, `/ready`, behind `admin.token_file`'s token when set) on
+//! `admin.listen`, `/ready` following the node's readiness; one log line names both
+//! addresses → on SIGINT/SIGTERM: `/ready` turns false, requests are still accepted for
+//! `http.shutdown_delay_ms` (the load balancer notices), then no new connections are
+//! accepted, in-flight requests and streams get up to `http.drain_timeout_ms` to finish
+//! (then they are cut: `cut_off.rs`), the admin listener closes last, and the node's actors
+//! stop (peers get a goodbye).
 //!
-//! [`serve_with_bus`] runs a node on a given bus and an already-bound listener until a
+//! [`serve_with_bus`] runs a node on a given bus and already-bound [`Listeners`] until a
 //! shutdown future resolves; tests drive it in-process. [`main`] is the command.
 
+mod cut_off;
+mod shutdown;
+
+pub use shutdown::shutdown_signal;
+
 use crate::config::{BusKind, Config, ConfigError, TopologyKind};
-use crate::frontend::{self, ApiError, AppState, WorkerDirectory};
+use crate::frontend::{self, AdminToken, AppState, WorkerDirectory};
 use crate::metrics::NodeSources;
 use crate::telemetry::{self, TelemetryError};
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt as _;
 use router_actors::bus::nats::NatsBus;
 use router_actors::bus::nats_security::NatsConnectError;
 use router_actors::bus::{Bus, local::LocalBus};
@@ -31,7 +34,6 @@ use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -48,8 +50,10 @@ pub enum ServeError {
     /// A `[bus.auth]` / `[bus.tls]` file that cannot be used (the message names its key).
     #[error("{0}")]
     BusSettings(String),
-    #[error("http.listen {addr}: cannot bind: {source}")]
+    /// `key` is `http.listen` or `admin.listen`.
+    #[error("{key} {addr}: cannot bind: {source}")]
     Bind {
+        key: &'static str,
         addr: String,
         source: std::io::Error,
     },
@@ -127,16 +131,52 @@ pub fn redact_url(url: &str) -> String {
     router_actors::bus::nats_security::redact_url(url)
 }
 
-/// Runs one node on `bus`, serving on `listener`, until `shutdown` resolves; then drains
+/// The node's two already-bound listeners.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `http.listen`: the OpenAI API, `/health`, `/ready`.
+    pub public: TcpListener,
+    /// `admin.listen`: `/metrics`, `/debug/state`, `/health`, `/ready`.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `http.listen` and `admin.listen`; an error names the key.
+    pub async fn bind(config: &Config) -> Result<Self, ServeError> {
+        async fn bind(key: &'static str, addr: &str) -> Result<TcpListener, ServeError> {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    key,
+                    addr: addr.to_owned(),
+                    source,
+                })
+        }
+        Ok(Self {
+            public: bind("http.listen", &config.http.listen).await?,
+            admin: bind("admin.listen", &config.admin.listen).await?,
+        })
+    }
+}
+
+/// Runs one node on `bus`, serving on `listeners`, until `shutdown` resolves; then drains
 /// (at most `http.drain_timeout_ms`) and stops the node.
 pub async fn serve_with_bus(
     config: Config,
-    listener: TcpListener,
+    listeners: Listeners,
     bus: Arc<dyn Bus>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let profile = config.policy_profile()?;
     let prompter = config.prompter()?;
+    let token = config.admin.token()?;
+    if token.is_none() && !config.admin.is_loopback() {
+        tracing::warn!(
+            admin = %config.admin.listen,
+            "admin.listen is not a loopback address and admin.token_file is not set: anyone \
+             who reaches it reads /metrics and /debug/state (SECURITY.md)"
+        );
+    }
     let mut node_config = config.node_config(profile.clone());
     node_config.allowed_endpoints = config.registry.allow_list()?;
     if node_config.allowed_endpoints.is_empty() && config.bus.kind == BusKind::Nats {
@@ -148,10 +188,12 @@ pub async fn serve_with_bus(
     let router_id = node_config.router_id;
     let engines = engine_links(&config, &bus, &mut node_config);
     let node = Node::start(node_config, bus).await?;
-    let started = serve_node(
-        &config, listener, &node, &engines, profile, prompter, shutdown,
-    )
-    .await;
+    let frontend = Frontend {
+        profile,
+        prompter,
+        token,
+    };
+    let started = serve_node(&config, listeners, &node, &engines, frontend, shutdown).await;
     tracing::info!(%router_id, "stopping the node");
     node.shutdown().await;
     started
@@ -192,15 +234,26 @@ fn engine_links(
         .collect()
 }
 
-async fn serve_node(
-    config: &Config,
-    listener: TcpListener,
-    node: &Node,
-    engines: &[EngineLinkHandle],
+/// What the frontend is built from, besides the node.
+struct Frontend {
     profile: router_core::PolicyProfile,
     prompter: frontend::Prompter,
+    token: Option<AdminToken>,
+}
+
+async fn serve_node(
+    config: &Config,
+    listeners: Listeners,
+    node: &Node,
+    engines: &[EngineLinkHandle],
+    frontend: Frontend,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let Frontend {
+        profile,
+        prompter,
+        token,
+    } = frontend;
     // Disaggregated: the prefill router is the admission gate and the decode router books the
     // staged decode legs.
     let disaggregated = config.node.topology == TopologyKind::Disaggregated;
@@ -221,7 +274,11 @@ async fn serve_node(
     };
     let (ready_tx, ready_rx) = watch::channel(false);
     let (draining_tx, draining_rx) = watch::channel(false);
-    let follow = tokio::spawn(follow_readiness(node.ready(), draining_rx, ready_tx));
+    let follow = tokio::spawn(shutdown::follow_readiness(
+        node.ready(),
+        draining_rx,
+        ready_tx,
+    ));
     let state = AppState::new(
         router,
         Arc::new(RegistryDirectory(node.registry().clone())),
@@ -250,199 +307,71 @@ async fn serve_node(
             .with_convention(config.disagg.convention),
         None => state,
     };
-    let local = listener.local_addr().map_err(ServeError::Http)?;
+    let local = listeners.public.local_addr().map_err(ServeError::Http)?;
+    let admin_local = listeners.admin.local_addr().map_err(ServeError::Http)?;
     tracing::info!(
         listen = %local,
+        admin = %admin_local,
+        admin_token = token.is_some(),
         cluster = %config.node.cluster,
         router_id = %node.config.router_id,
         tokenizer = %state.prompter.tokenizer().describe(),
         "serving the OpenAI API",
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (admin_stop_tx, admin_stop_rx) = oneshot::channel::<()>();
     let (cancel_tx, cancel_rx) = watch::channel(false);
     tokio::spawn(state.prompter.clone().warm());
-    let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(cancel_rx, cut_off));
-    let serving = axum::serve(frontend::nodelay(listener), app).with_graceful_shutdown(async {
-        let _ = stop_rx.await;
-    });
-    let mut server = tokio::spawn(async move { serving.await });
-    let served = tokio::select! {
-        // The server ended on its own (an accept error): no drain to do.
-        ended = &mut server => Some(ended),
-        () = shutdown => None,
+    let metrics = Arc::clone(&state.metrics);
+    let public_limits = frontend::public_connection_limits(&state.limits);
+    let admin_limits = frontend::admin_connection_limits(&state.limits);
+    let admin = frontend::serve_app(
+        listeners.admin,
+        frontend::admin_app(state.clone(), token),
+        admin_limits,
+        Arc::clone(&metrics),
+        "admin",
+        async {
+            let _ = admin_stop_rx.await;
+        },
+    );
+    let admin = tokio::spawn(admin);
+    let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(
+        cancel_rx,
+        cut_off::cut_off,
+    ));
+    let serving = frontend::serve_app(
+        listeners.public,
+        app,
+        public_limits,
+        metrics,
+        "public",
+        async {
+            let _ = stop_rx.await;
+        },
+    );
+    let server = tokio::spawn(serving);
+    let switches = shutdown::Switches {
+        draining: draining_tx,
+        stop: stop_tx,
+        cancel: cancel_tx,
+        stop_admin: admin_stop_tx,
     };
-    let result = match served {
-        Some(ended) => flatten(ended),
-        None => {
-            let _ = draining_tx.send(true);
-            if !config.shutdown_delay().is_zero() {
-                tracing::info!(
-                    shutdown_delay_ms = config.http.shutdown_delay_ms,
-                    "shutting down: not ready, still serving while the load balancer notices",
-                );
-                tokio::select! {
-                    () = tokio::time::sleep(config.shutdown_delay()) => {}
-                    _ = &mut server => {}
-                }
-            }
-            tracing::info!(
-                drain_timeout_ms = config.http.drain_timeout_ms,
-                "shutting down: not ready, no new connections, draining in-flight requests",
-            );
-            let _ = stop_tx.send(());
-            match tokio::time::timeout(config.drain_timeout(), &mut server).await {
-                Ok(ended) => flatten(ended),
-                Err(_) => {
-                    tracing::warn!("drain timeout: cutting the requests still in flight");
-                    let _ = cancel_tx.send(true);
-                    match tokio::time::timeout(CUT_GRACE, &mut server).await {
-                        Ok(ended) => flatten(ended),
-                        Err(_) => {
-                            server.abort();
-                            Ok(())
-                        }
-                    }
-                }
-            }
-        }
-    };
+    let result = shutdown::serve_until(config, server, admin, switches, shutdown).await;
     follow.abort();
     result
 }
 
-/// After the drain timeout, how long cut requests get to unwind before the server task is
-/// abandoned.
-const CUT_GRACE: Duration = Duration::from_secs(2);
-
-/// Resolves once `cancel` turns true (never if its sender is gone without it).
-async fn cancelled(mut cancel: watch::Receiver<bool>) {
-    if cancel.wait_for(|c| *c).await.is_err() {
-        futures::future::pending::<()>().await;
-    }
-}
-
-/// Middleware: when the drain timeout passes, a request still waiting for its response is
-/// answered 503, and a stream still running ends with one SSE error event. Either way its
-/// handler or body is dropped, which releases the booking.
-async fn cut_off(
-    State(cancel): State<watch::Receiver<bool>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let response = tokio::select! {
-        response = next.run(request) => response,
-        () = cancelled(cancel.clone()) => {
-            return ApiError::router_gone()
-                .message("the node is shutting down")
-                .into_response();
-        }
-    };
-    let streaming = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    if !streaming {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let event = format!(
-        "data: {}\n\n",
-        ApiError::router_gone()
-            .message("the node shut down before the stream ended")
-            .body_json()
-    );
-    let body = futures::stream::unfold(
-        (body.into_data_stream(), Box::pin(cancelled(cancel)), false),
-        move |(mut body, mut cut, done)| {
-            let event = event.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                tokio::select! {
-                    biased;
-                    next = body.next() => next.map(|item| (item, (body, cut, false))),
-                    () = &mut cut => Some((Ok(Bytes::from(event)), (body, cut, true))),
-                }
-            }
-        },
-    );
-    Response::from_parts(parts, Body::from_stream(body))
-}
-
-fn flatten(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), ServeError> {
-    match ended {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(ServeError::Http(e)),
-        Err(e) => Err(ServeError::Http(std::io::Error::other(e.to_string()))),
-    }
-}
-
-/// `/ready` is the node's readiness until the drain starts, then false.
-async fn follow_readiness(
-    mut node: watch::Receiver<bool>,
-    mut draining: watch::Receiver<bool>,
-    out: watch::Sender<bool>,
-) {
-    loop {
-        let ready = *node.borrow_and_update() && !*draining.borrow_and_update();
-        out.send_replace(ready);
-        tokio::select! {
-            changed = node.changed() => if changed.is_err() { break },
-            changed = draining.changed() => if changed.is_err() { break },
-        }
-    }
-    out.send_replace(false);
-}
-
-/// Binds `http.listen`, connects the bus and serves until SIGINT or SIGTERM.
+/// Binds `http.listen` and `admin.listen`, connects the bus and serves until SIGINT or
+/// SIGTERM.
 pub async fn run(config: Config) -> Result<(), ServeError> {
     // Configuration problems first, before any connection is made.
     config.policy_profile()?;
     config.prompter()?;
+    config.admin.token()?;
     let bus = connect_bus(&config).await?;
-    let listener = TcpListener::bind(&config.http.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.http.listen.clone(),
-            source,
-        })?;
-    serve_with_bus(config, listener, bus, shutdown_signal()).await
-}
-
-/// Resolves at the first SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
-/// called, not when the future is first polled: a SIGTERM that arrives while the node is still
-/// starting (after it said it serves, before it awaits this) stops it cleanly instead of
-/// killing it. Call it inside the runtime.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{Signal, SignalKind, signal};
-        let interrupt = signal(SignalKind::interrupt()).ok();
-        let terminate = signal(SignalKind::terminate()).ok();
-        async fn received(signal: Option<Signal>) {
-            match signal {
-                Some(mut signal) => {
-                    signal.recv().await;
-                }
-                None => futures::future::pending::<()>().await,
-            }
-        }
-        async move {
-            tokio::select! {
-                () = received(interrupt) => tracing::info!("SIGINT received"),
-                () = received(terminate) => tracing::info!("SIGTERM received"),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::info!("Ctrl-C received");
-        } else {
-            futures::future::pending::<()>().await;
-        }
-    }
+    let listeners = Listeners::bind(&config).await?;
+    serve_with_bus(config, listeners, bus, shutdown_signal()).await
 }
 
 /// The `serve` command: load the configuration (file, then environment), start telemetry
