@@ -60,6 +60,8 @@ pub enum Fault {
     Status(u16),
     /// Breaks the connection after this many chunks.
     BreakAfter(usize),
+    /// Sends this many chunks, then nothing more (keeps the connection open).
+    StallAfter(usize),
 }
 
 #[derive(Clone)]
@@ -138,6 +140,9 @@ async fn stream_chunks(
         tokio::time::sleep(delay).await;
         if fault == Fault::BreakAfter(i) {
             return Err(std::io::Error::other("engine crashed"));
+        }
+        if fault == Fault::StallAfter(i) {
+            futures::future::pending::<()>().await;
         }
         let event = if i == state.chunks {
             "data: [DONE]\n\n".to_owned()
