@@ -1,11 +1,12 @@
-//! The admin listener's app: the operational endpoints, on a listener of their own
-//! (`[admin] listen`, loopback by default) so the public one serves only the OpenAI API,
-//! `/health` and `/ready`.
+//! The operational endpoints: the admin listener's app, on a listener of its own
+//! (`[admin] listen`, loopback by default) so the public one serves only the OpenAI API and
+//! the probes, and the probes both listeners serve.
 //!
 //! - `GET /metrics`: the node's Prometheus text (`crate::metrics`), its actors observed now;
 //! - `GET /debug/state`: the admitting router's snapshot, the classifier decisions, the
 //!   worker circuit breaker and every actor's snapshot;
-//! - `GET /health`, `GET /ready`: as on the public listener (handy for probes).
+//! - `GET /health` (the node's supervisor still runs) and `GET /ready` (the node admits): on
+//!   both listeners.
 //!
 //! With an [`AdminToken`] (`[admin] token_file`) every request must carry
 //! `Authorization: Bearer <token>` (compared in constant time); without it the answer is a
@@ -13,14 +14,14 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::handlers;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use serde_json::json;
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
 
@@ -55,8 +56,8 @@ pub fn admin_app(state: AppState, token: Option<AdminToken>) -> Router {
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/debug/state", get(debug_state))
-        .route("/health", get(handlers::health))
-        .route("/ready", get(handlers::ready))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
         .with_state(Arc::clone(&state));
     match token {
         Some(token) => router.layer(middleware::from_fn_with_state(
@@ -120,6 +121,45 @@ async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
         }
     }
     Json(body).into_response()
+}
+
+/// 200 while the node's actors run (or are being restarted); 503 once its supervisor gave up.
+pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if *state.alive.borrow() {
+        Json(json!({"status": "ok"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed", "reason": "the node's supervisor stopped"})),
+        )
+            .into_response()
+    }
+}
+
+/// 200 while the node admits. The body also says whether the node's bus connection is up:
+/// a replica that lost NATS keeps routing with the fleet it last knew (its peers' bookings
+/// kept, its room credits its own), and says so.
+pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let bus = state.bus_connected.as_ref().map(|connected| {
+        if connected() {
+            "connected"
+        } else {
+            "disconnected"
+        }
+    });
+    let mut body = if *state.ready.borrow() {
+        json!({"status": "ready"})
+    } else {
+        json!({"status": "not_ready"})
+    };
+    if let (Some(bus), Some(map)) = (bus, body.as_object_mut()) {
+        map.insert("bus".to_owned(), json!(bus));
+    }
+    if *state.ready.borrow() {
+        Json(body).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The route handlers: the two OpenAI routes (read, parse, check, tokenize, admit, proxy)
-//! and `/v1/models`, `/health`, `/ready` (the last two also on the admin listener,
+//! The route handlers of the OpenAI API: the two OpenAI routes (read, parse, check,
+//! tokenize, admit, proxy) and `/v1/models` (the probes, `/health` and `/ready`, are in
 //! `admin.rs`).
 //!
 //! An OpenAI request goes: class header → body under the size limit and the body read
@@ -23,7 +23,7 @@ use crate::metrics::{RequestObserver, RequestOutcome};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::{Phase, RequestId, WorkerId};
@@ -370,43 +370,4 @@ pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<serde_jso
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
     Json(json!({"object": "list", "data": data}))
-}
-
-/// 200 while the node's actors run (or are being restarted); 503 once its supervisor gave up.
-pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    if *state.alive.borrow() {
-        Json(json!({"status": "ok"})).into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "failed", "reason": "the node's supervisor stopped"})),
-        )
-            .into_response()
-    }
-}
-
-/// 200 while the node admits. The body also says whether the node's bus connection is up:
-/// a replica that lost NATS keeps routing with the fleet it last knew (its peers' bookings
-/// kept, its room credits its own), and says so.
-pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let bus = state.bus_connected.as_ref().map(|connected| {
-        if connected() {
-            "connected"
-        } else {
-            "disconnected"
-        }
-    });
-    let mut body = if *state.ready.borrow() {
-        json!({"status": "ready"})
-    } else {
-        json!({"status": "not_ready"})
-    };
-    if let (Some(bus), Some(map)) = (bus, body.as_object_mut()) {
-        map.insert("bus".to_owned(), json!(bus));
-    }
-    if *state.ready.borrow() {
-        Json(body).into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-    }
 }

@@ -188,7 +188,7 @@ fn kind(c: char) -> Kind {
 
 /// The longest run of characters of one kind (letters, digits, whitespace, anything else)
 /// in `text`, in bytes: no pre-tokenizer piece of a GPT-style pattern is much longer.
-pub(super) fn longest_run(text: &str) -> usize {
+pub fn longest_run(text: &str) -> usize {
     let mut longest = 0;
     let mut run = 0;
     let mut last = None;

@@ -61,7 +61,7 @@ pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
-pub use limits::Limits;
+pub use limits::{Limits, longest_run};
 pub use model_dir::ModelDirError;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
@@ -248,8 +248,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/v1/models", get(handlers::models))
-        .route("/health", get(handlers::health))
-        .route("/ready", get(handlers::ready))
+        .route("/health", get(admin::health))
+        .route("/ready", get(admin::ready))
         .with_state(Arc::new(state))
 }
 

@@ -206,8 +206,9 @@ impl Tokenizer {
         }
     }
 
-    /// Builds anything built lazily (the tiktoken tables and their longest token).
-    pub(super) fn warm(&self) {
+    /// Builds anything built lazily (the tiktoken tables and their longest token); a
+    /// fraction of a second, on the calling thread.
+    pub fn warm(&self) {
         if let Self::Tiktoken(encoding) = self {
             let _ = encoding.encode("");
             encoding.learn_longest_token();

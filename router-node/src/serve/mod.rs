@@ -8,33 +8,34 @@
 //! addresses → on SIGINT/SIGTERM: `/ready` turns false, requests are still accepted for
 //! `http.shutdown_delay_ms` (the load balancer notices), then no new connections are
 //! accepted, in-flight requests and streams get up to `http.drain_timeout_ms` to finish
-//! (then they are cut: `cut_off.rs`), the admin listener closes last, and the node's actors
-//! stop (peers get a goodbye).
+//! (then they are cut), the admin listener closes last, and the node's actors stop (peers
+//! get a goodbye).
 //!
 //! [`serve_with_bus`] runs a node on a given bus and already-bound [`Listeners`] until a
 //! shutdown future resolves; tests drive it in-process. [`main`] is the command.
+//!
+//! Files: `mod.rs` (the command, the node and its frontend), `parts.rs` (the bus, the worker
+//! directory, engine links, the listeners), `shutdown.rs` (the signal, readiness, the drain
+//! and its cut-off).
 
-mod cut_off;
+mod parts;
 mod shutdown;
 
+pub use parts::{Listeners, RegistryDirectory, connect_bus, redact_url};
 pub use shutdown::shutdown_signal;
 
 use crate::config::{BusKind, Config, ConfigError, TopologyKind};
-use crate::frontend::{self, AdminToken, AppState, WorkerDirectory};
+use crate::frontend::{self, AdminToken, AppState};
 use crate::metrics::NodeSources;
 use crate::telemetry::{self, TelemetryError};
-use router_actors::bus::nats::NatsBus;
-use router_actors::bus::nats_security::NatsConnectError;
-use router_actors::bus::{Bus, local::LocalBus};
-use router_actors::supervisor::ActorSlot;
-use router_actors::{Node, NodeError, RegistryHandle};
-use router_core::{PoolRole, WorkerId};
-use router_engine::{EngineLinkArgs, EngineLinkHandle, engine_link_child};
+use router_actors::bus::Bus;
+use router_actors::{Node, NodeError};
+use router_core::PoolRole;
+use router_engine::EngineLinkHandle;
 use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 /// Why the node could not start or stopped badly.
@@ -81,84 +82,6 @@ impl ServeError {
     }
 }
 
-/// The worker registry is the frontend's directory of worker endpoints.
-#[derive(Debug, Clone)]
-pub struct RegistryDirectory(pub RegistryHandle);
-
-impl WorkerDirectory for RegistryDirectory {
-    fn endpoint(&self, worker: WorkerId) -> Option<String> {
-        self.0.endpoint(worker)
-    }
-
-    fn workers(&self) -> Option<Vec<WorkerId>> {
-        let directory = self.0.directory();
-        Some(
-            directory
-                .pools
-                .iter()
-                .flat_map(|(_, workers)| workers.iter().map(|(w, _)| *w))
-                .collect(),
-        )
-    }
-}
-
-/// The bus `config` asks for: a NATS connection, or a fresh in-process bus.
-pub async fn connect_bus(config: &Config) -> Result<Arc<dyn Bus>, ServeError> {
-    match config.bus.kind {
-        BusKind::InProcess => Ok(Arc::new(LocalBus::new())),
-        BusKind::Nats => {
-            let url = &config.bus.nats_url;
-            let bus = NatsBus::connect_secured(url, &config.bus.security())
-                .await
-                .map_err(|e| match e {
-                    NatsConnectError::File { .. } | NatsConnectError::Settings(_) => {
-                        ServeError::BusSettings(e.to_string())
-                    }
-                    // "authentication failed: ..." / "TLS failed: ..." / the client's message.
-                    _ => ServeError::Bus(format!(
-                        "{}: {}",
-                        redact_url(url),
-                        e.to_string().replace(url, &redact_url(url))
-                    )),
-                })?;
-            Ok(Arc::new(bus))
-        }
-    }
-}
-
-/// `url` with any user info (`user:password@`) replaced by `***@`.
-pub fn redact_url(url: &str) -> String {
-    router_actors::bus::nats_security::redact_url(url)
-}
-
-/// The node's two already-bound listeners.
-#[derive(Debug)]
-pub struct Listeners {
-    /// `http.listen`: the OpenAI API, `/health`, `/ready`.
-    pub public: TcpListener,
-    /// `admin.listen`: `/metrics`, `/debug/state`, `/health`, `/ready`.
-    pub admin: TcpListener,
-}
-
-impl Listeners {
-    /// Binds `http.listen` and `admin.listen`; an error names the key.
-    pub async fn bind(config: &Config) -> Result<Self, ServeError> {
-        async fn bind(key: &'static str, addr: &str) -> Result<TcpListener, ServeError> {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    key,
-                    addr: addr.to_owned(),
-                    source,
-                })
-        }
-        Ok(Self {
-            public: bind("http.listen", &config.http.listen).await?,
-            admin: bind("admin.listen", &config.admin.listen).await?,
-        })
-    }
-}
-
 /// Runs one node on `bus`, serving on `listeners`, until `shutdown` resolves; then drains
 /// (at most `http.drain_timeout_ms`) and stops the node.
 pub async fn serve_with_bus(
@@ -186,7 +109,7 @@ pub async fn serve_with_bus(
         );
     }
     let router_id = node_config.router_id;
-    let engines = engine_links(&config, &bus, &mut node_config);
+    let engines = parts::engine_links(&config, &bus, &mut node_config);
     let node = Node::start(node_config, bus).await?;
     let frontend = Frontend {
         profile,
@@ -197,41 +120,6 @@ pub async fn serve_with_bus(
     tracing::info!(%router_id, "stopping the node");
     node.shutdown().await;
     started
-}
-
-/// Whether the node's bus connection is up, for `/ready`.
-fn bus_status(node: &Node) -> Arc<dyn Fn() -> bool + Send + Sync> {
-    let bus = node.bus();
-    Arc::new(move || bus.connected())
-}
-
-/// One engine link per `[[engines]]` entry, as children of the node's supervisor; their
-/// handles, for `/debug/state`.
-fn engine_links(
-    config: &Config,
-    bus: &Arc<dyn Bus>,
-    node: &mut router_actors::NodeConfig,
-) -> Vec<EngineLinkHandle> {
-    let subjects = router_actors::wire::Subjects::new(config.node.cluster.clone());
-    config
-        .engines
-        .iter()
-        .enumerate()
-        .map(|(index, engine)| {
-            let args = EngineLinkArgs {
-                bus: Arc::clone(bus),
-                subjects: subjects.clone(),
-                config: engine.link_config(Some(config.node.block_size)),
-            };
-            let slot = ActorSlot::empty();
-            node.extra_children.push(engine_link_child(
-                format!("engine-link-{index}"),
-                args,
-                slot.clone(),
-            ));
-            EngineLinkHandle::from_slot(slot).with_call_timeout(node.call_timeout)
-        })
-        .collect()
 }
 
 /// What the frontend is built from, besides the node.
@@ -291,7 +179,7 @@ async fn serve_node(
     .with_prompter(prompter)
     .with_forward_token_ids(config.tokenizer.forward_token_ids)
     .with_alive(node.alive())
-    .with_bus_status(bus_status(node));
+    .with_bus_status(parts::bus_status(node));
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.
     let state = AppState {
@@ -338,7 +226,7 @@ async fn serve_node(
     let admin = tokio::spawn(admin);
     let app = frontend::app(state).layer(axum::middleware::from_fn_with_state(
         cancel_rx,
-        cut_off::cut_off,
+        shutdown::cut_off,
     ));
     let serving = frontend::serve_app(
         listeners.public,
