@@ -1,7 +1,7 @@
 //! The public listener's connection-level limits over real sockets: with `max_connections`
 //! connections open the next one is not served until one closes (counted, and the admin
 //! listener still answers), and a client that trickles its headers is disconnected at the
-//! header read timeout.
+//! header read timeout, which does not cut a response streaming longer than it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +9,7 @@ mod support;
 
 use router_node::frontend::Limits;
 use std::time::{Duration, Instant};
-use support::{Node, spawn_node};
+use support::{Node, spawn_node, spawn_worker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -96,7 +96,9 @@ async fn a_client_that_trickles_its_headers_is_cut_at_the_header_timeout() {
         header_read_timeout: timeout,
         ..Limits::default()
     };
-    let node = spawn_node(&[], limits).await;
+    // A stream of 10 chunks 200 ms apart: twice the header timeout.
+    let worker = spawn_worker(10, 200 * MS).await;
+    let node = spawn_node(&[&worker.url], limits).await;
     let mut conn = TcpStream::connect(addr(&node)).await.unwrap();
     let started = Instant::now();
     conn.write_all(b"GET /health HTTP/1.1\r\n").await.unwrap();
@@ -117,6 +119,22 @@ async fn a_client_that_trickles_its_headers_is_cut_at_the_header_timeout() {
     }
     let closed = closed.expect("the server closed the connection");
     assert!(closed >= timeout && closed < timeout * 3, "{closed:?}");
+    // The timeout bounds headers, not a response: a long stream runs to its end.
+    let streamed = node
+        .call(
+            "/v1/completions",
+            serde_json::json!({"model": "m", "prompt": "long", "stream": true}),
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        streamed.matches("\"text\":\"tok\"").count(),
+        10,
+        "{streamed}"
+    );
+    assert!(streamed.contains("[DONE]"), "{streamed}");
     // A prompt client on a fresh connection is served.
     assert_eq!(node.get("/health").await.status(), 200);
     let mut idle = TcpStream::connect(addr(&node)).await.unwrap();
