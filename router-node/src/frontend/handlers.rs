@@ -99,9 +99,9 @@ fn past_deadline(
     observer: &mut RequestObserver,
 ) -> Response {
     let label = observer.class_name().to_owned();
-    state.metrics.request(endpoint.label(), &label);
-    state.metrics.rejection(&label, "request_timeout");
     let err = ApiError::request_timeout(deadline.limit);
+    state.metrics.request(endpoint.label(), &label);
+    state.metrics.rejection(&label, err.reason);
     observer.finish(RequestOutcome::of_status(err.status.as_u16()));
     let class = (label != "unknown").then_some(label);
     err.class(class).into_response()

@@ -306,10 +306,11 @@ impl Relay {
             }
             let guard = r.guard.as_mut()?;
             let next = match r.deadline.as_mut() {
+                // The deadline first: a worker streaming without pause cannot outrun it.
                 Some((sleep, limit)) => tokio::select! {
                     biased;
-                    read = r.upstream.next() => Next::Read(read),
                     () = sleep.as_mut() => Next::Deadline(*limit),
+                    read = r.upstream.next() => Next::Read(read),
                 },
                 None => Next::Read(r.upstream.next().await),
             };
