@@ -20,16 +20,15 @@
 //! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
 //! decode leg instead (`disagg`).
 //!
-//! Files: `mod.rs` (state, the apps and `serve`), `limits.rs` (the [`Limits`] and the checks
-//! before tokenizing), `server.rs` (a listener's accept loop: connection cap, header
-//! timeout, graceful shutdown), `admin.rs` (the admin app and its token), `handlers.rs`,
-//! `openai.rs`, `classify.rs` (the request's class from the profile's classifiers),
-//! `admit.rs`, `proxy.rs`,
-//! `disagg/`, `error.rs`, `prompter.rs` (the [`Prompter`]: tokenizer and chat rendering),
-//! `tokenizer.rs` (the [`Tokenizer`]), `huggingface.rs` (a `tokenizer.json`), `split.rs`
-//! (long text encoded in parallel pieces), `o200k.rs` (the default encoding without
-//! fancy-regex), `model_dir.rs` (a model directory's tokenizer and
-//! chat template), `chat_template.rs`.
+//! Files: `mod.rs` (state, the apps and `serve`), `limits.rs` (the [`Limits`], the checks
+//! before tokenizing and the request's [`Deadline`]), `server.rs` (a listener's accept loop:
+//! connection cap, header timeout, graceful shutdown), `admin.rs` (the admin app, its token
+//! and the probes), `handlers.rs`, `openai.rs`, `classify.rs` (the request's class from the
+//! profile's classifiers), `admit.rs`, `proxy.rs`, `disagg/`, `error.rs`, `prompter.rs` (the
+//! [`Prompter`]: tokenizer and chat rendering), `tokenizer.rs` (the [`Tokenizer`]),
+//! `huggingface.rs` (a `tokenizer.json`), `split.rs` (long text encoded in parallel pieces),
+//! `o200k.rs` (the default encoding without fancy-regex), `model_dir.rs` (a model directory's
+//! tokenizer and chat template), `chat_template.rs`.
 
 mod admin;
 mod admit;
@@ -61,7 +60,7 @@ pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
-pub use limits::{Limits, longest_run};
+pub use limits::{Deadline, Limits, longest_run};
 pub use model_dir::ModelDirError;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
