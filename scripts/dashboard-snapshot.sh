@@ -3,7 +3,8 @@
 # run, without containers: the compose fleet's shape started as plain processes.
 #
 #   nats-server, three simulated workers, two `serve` replicas behind HAProxy (roundrobin,
-#   /ready checks), Prometheus (Debian's package) scraping both replicas every 2 s, and
+#   /ready checks), Prometheus (Debian's package) scraping both replicas' admin listeners
+#   every 2 s, and
 #   `router-node bench` replaying the first minutes of traces/conversation_trace.jsonl.gz
 #   through HAProxy in two classes. At the end every panel's queries run on that Prometheus
 #   and scripts/render_dashboard.py draws them where the dashboard puts them.
@@ -62,8 +63,10 @@ sleep 0.5
 
 cp deploy/compose/policy.toml "$WORK/policy.toml"
 ROUTERS=()
+ADMINS=()
 for i in 1 2; do
   port=$(free_port)
+  admin_port=$(free_port)
   cat >"$WORK/node-$i.toml" <<EOF
 [node]
 cluster = "snapshot"
@@ -72,6 +75,8 @@ block_size = 16
 [http]
 listen = "127.0.0.1:$port"
 models = ["sim"]
+[admin]
+listen = "127.0.0.1:$admin_port"
 [bus]
 kind = "nats"
 nats_url = "$NATS"
@@ -83,6 +88,7 @@ EOF
   "$BIN" serve --config "$WORK/node-$i.toml" >"$WORK/router-$i.log" 2>&1 &
   PIDS+=($!)
   ROUTERS+=("127.0.0.1:$port")
+  ADMINS+=("127.0.0.1:$admin_port")
 done
 for i in 1 2 3; do
   port=$(free_port)
@@ -122,7 +128,7 @@ global:
 scrape_configs:
   - job_name: switchyard-router
     static_configs:
-      - targets: ["${ROUTERS[0]}", "${ROUTERS[1]}"]
+      - targets: ["${ADMINS[0]}", "${ADMINS[1]}"]   # each replica's admin listener
 EOF
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus.log" 2>&1 &
