@@ -34,7 +34,7 @@ use router_actors::bus::Bus;
 use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
 use router_node::config::{BusKind, Config};
-use router_node::serve::{serve_with_bus, shutdown_signal};
+use router_node::serve::{Listeners, serve_with_bus, shutdown_signal};
 use router_node::telemetry;
 use router_sim::{SimConfig, SimWorker};
 use std::io::Write as _;
@@ -135,6 +135,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let listener = TcpListener::bind(&config.http.listen).await?;
     let router_url = format!("http://{}", listener.local_addr()?);
     println!("router {router_url}");
+    // The admin endpoints (/metrics, /debug/state) of each replica on a loopback port of its own.
+    let admin = TcpListener::bind("127.0.0.1:0").await?;
+    println!("admin {}", admin.local_addr()?);
     println!("pid {}", std::process::id());
     std::io::stdout().flush()?;
 
@@ -142,8 +145,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut served = Vec::new();
     let mut urls = vec![router_url.clone()];
     for n in 1..args.replicas {
-        let peer = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", peer.local_addr()?);
+        let peer = Listeners {
+            public: TcpListener::bind("127.0.0.1:0").await?,
+            admin: TcpListener::bind("127.0.0.1:0").await?,
+        };
+        let url = format!("http://{}", peer.public.local_addr()?);
         println!("peer {n} {url}");
         urls.push(url);
         let mut peer_config = config.clone();
@@ -160,7 +166,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     served.push(tokio::spawn(serve_with_bus(
         config,
-        listener,
+        Listeners {
+            public: listener,
+            admin,
+        },
         bus,
         async move {
             let mut stop_rx = stop_rx;

@@ -56,7 +56,7 @@ fn small() -> Value {
 }
 
 async fn metrics(node: &Node) -> String {
-    node.get("/metrics").await.text().await.unwrap()
+    node.admin_get("/metrics").await.text().await.unwrap()
 }
 
 #[tokio::test]
@@ -109,8 +109,8 @@ async fn without_a_valid_key_the_api_is_401_and_the_probes_stay_open() {
         .unwrap();
     assert_eq!(models.status(), 200);
     assert_eq!(node.get("/health").await.status(), 200);
-    assert_eq!(node.get("/metrics").await.status(), 200);
-    assert_eq!(node.get("/debug/state").await.status(), 200);
+    assert_eq!(node.admin_get("/metrics").await.status(), 200);
+    assert_eq!(node.admin_get("/debug/state").await.status(), 200);
     let _ = node.ready.send(true);
     assert_eq!(node.get("/ready").await.status(), 200);
     let text = metrics(&node).await;
@@ -390,7 +390,7 @@ async fn debug_state_names_the_keys_and_their_classes_but_no_secret() {
         ),
     )
     .await;
-    let text = node.get("/debug/state").await.text().await.unwrap();
+    let text = node.admin_get("/debug/state").await.text().await.unwrap();
     assert!(!text.contains(&key) && !text.contains(&to_hex(&hash_key(&key))));
     let state: Value = serde_json::from_str(&text).unwrap();
     let auth = &state["auth"];
@@ -412,7 +412,7 @@ async fn without_keys_the_node_is_open_as_before() {
         .unwrap();
     assert_eq!(with_any.status(), 200);
     assert_eq!(node.get("/v1/models").await.status(), 200);
-    let state: Value = node.get("/debug/state").await.json().await.unwrap();
+    let state: Value = node.admin_get("/debug/state").await.json().await.unwrap();
     assert_eq!(state["auth"]["mode"], "open");
     let text = metrics(&node).await;
     assert!(text.contains("switchyard_auth_keys 0"), "{text}");

@@ -95,12 +95,12 @@ async fn second_waits(fe: &Frontend, tenant: &str) -> bool {
 }
 
 async fn scrape(fe: &Frontend) -> String {
-    let url = format!("{}/metrics", fe.url);
+    let url = format!("{}/metrics", fe.admin_url);
     fe.http.get(url).send().await.unwrap().text().await.unwrap()
 }
 
 async fn debug_state(fe: &Frontend) -> Value {
-    let url = format!("{}/debug/state", fe.url);
+    let url = format!("{}/debug/state", fe.admin_url);
     fe.http.get(url).send().await.unwrap().json().await.unwrap()
 }
 

@@ -134,7 +134,7 @@ async fn the_class_header_selects_the_class_and_an_unknown_class_is_a_400() {
         err["message"].as_str().unwrap().contains("platinum"),
         "{err}"
     );
-    let metrics = node.get("/metrics").await.text().await.unwrap();
+    let metrics = node.admin_get("/metrics").await.text().await.unwrap();
     assert!(
         metrics
             .contains(r#"switchyard_http_requests_total{endpoint="completions",class="batch"} 1"#),
@@ -248,7 +248,7 @@ async fn operational_routes_answer() {
     assert_eq!(node.get("/ready").await.status(), 200);
     let models: Value = node.get("/v1/models").await.json().await.unwrap();
     assert_eq!(models["data"][0]["id"], "stand-in");
-    let state = node.get("/debug/state").await;
+    let state = node.admin_get("/debug/state").await;
     assert_eq!(state.status(), 200);
     let state: Value = state.json().await.unwrap();
     assert!(state["scheduler"]["ledger"].is_object(), "{state}");

@@ -352,13 +352,13 @@ async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_reques
             .await;
         assert_eq!(response.status(), 200, "request {sent}");
         sent += 1;
-        let metrics = node.get("/metrics").await.text().await.unwrap();
+        let metrics = node.admin_get("/metrics").await.text().await.unwrap();
         if retries(&metrics) >= 3.0 {
             break;
         }
         assert!(sent < 100, "the dead worker was never picked three times");
     }
-    let state: serde_json::Value = node.get("/debug/state").await.json().await.unwrap();
+    let state: serde_json::Value = node.admin_get("/debug/state").await.json().await.unwrap();
     let breaker = &state["worker_breaker"];
     assert_eq!(breaker[0]["worker"], 1, "{breaker}");
     assert_eq!(breaker[0]["ejected"], true, "{breaker}");
@@ -372,7 +372,7 @@ async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_reques
             .await;
         assert_eq!(response.status(), 200);
     }
-    let metrics = node.get("/metrics").await.text().await.unwrap();
+    let metrics = node.admin_get("/metrics").await.text().await.unwrap();
     assert_eq!(retries(&metrics), 3.0, "{metrics}");
     node.assert_idle().await;
 }

@@ -15,10 +15,9 @@ use router_core::{PoolRole, WorkerSpec};
 use router_node::config::{BusKind, Config};
 use router_node::frontend::Metrics;
 use router_node::metrics::NodeSources;
-use router_node::serve::serve_with_bus;
+use router_node::serve::{Listeners, serve_with_bus};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 fn test_config() -> Config {
@@ -26,6 +25,7 @@ fn test_config() -> Config {
     config.node.cluster = format!("metrics-test-{}", uuid::Uuid::new_v4().simple());
     config.bus.kind = BusKind::InProcess;
     config.http.listen = "127.0.0.1:0".to_owned();
+    config.admin.listen = "127.0.0.1:0".to_owned();
     config.http.drain_timeout_ms = 2_000;
     config.http.models = vec!["stand-in".to_owned()];
     config.peer_sync.heartbeat_ms = 50;
@@ -65,10 +65,11 @@ async fn metrics_show_the_node_behind_a_request() {
     let config = test_config();
     let cluster = config.node.cluster.clone();
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let listener = TcpListener::bind(&config.http.listen).await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let listeners = Listeners::bind(&config).await.unwrap();
+    let url = format!("http://{}", listeners.public.local_addr().unwrap());
+    let admin = format!("http://{}", listeners.admin.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+    let done = tokio::spawn(serve_with_bus(config, listeners, bus.clone(), async {
         let _ = stopped.await;
     }));
     let http = reqwest::Client::new();
@@ -117,7 +118,7 @@ async fn metrics_show_the_node_behind_a_request() {
     assert!(!first.is_empty());
 
     // Mid-stream: the worker's rank holds the booking.
-    let text = scrape(&http, &url).await;
+    let text = scrape(&http, &admin).await;
     let rank = r#"{pool="aggregated",worker="1",dp_rank="0"}"#;
     assert_eq!(
         value(&text, &format!("switchyard_worker_requests{rank}")),
@@ -138,13 +139,13 @@ async fn metrics_show_the_node_behind_a_request() {
 
     while response.chunk().await.unwrap().is_some() {}
     // The booking is released when the stream ends (asynchronously: give it a moment).
-    let mut text = scrape(&http, &url).await;
+    let mut text = scrape(&http, &admin).await;
     for _ in 0..100 {
         if value(&text, &format!("switchyard_worker_requests{rank}")) == Some(0.0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        text = scrape(&http, &url).await;
+        text = scrape(&http, &admin).await;
     }
     assert_eq!(
         value(&text, &format!("switchyard_worker_requests{rank}")),
@@ -154,7 +155,7 @@ async fn metrics_show_the_node_behind_a_request() {
 
     // `/debug/state`: the router at the top level, every actor of the node under `node`.
     let state: serde_json::Value = http
-        .get(format!("{url}/debug/state"))
+        .get(format!("{admin}/debug/state"))
         .send()
         .await
         .unwrap()

@@ -17,7 +17,7 @@ use router_actors::bus::local::LocalBus;
 use router_core::WorkerId;
 use router_node::auth::{generate_key, hash_key, to_hex};
 use router_node::config::{BusKind, Config};
-use router_node::serve::{ServeError, serve_with_bus};
+use router_node::serve::{Listeners, ServeError, serve_with_bus};
 use router_sim::{SimConfig, SimWorker};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -99,6 +99,7 @@ fn node_config(policy: &Path) -> Config {
     config.node.cluster = format!("pyclient-{}", uuid::Uuid::new_v4().simple());
     config.bus.kind = BusKind::InProcess;
     config.http.listen = "127.0.0.1:0".to_owned();
+    config.admin.listen = "127.0.0.1:0".to_owned();
     config.http.drain_timeout_ms = 5_000;
     config.http.models = vec![MODEL.to_owned()];
     config.policy.path = Some(policy.to_path_buf());
@@ -154,6 +155,8 @@ fn ledger_is_idle(state: &Value) -> bool {
 /// A node serving `config` on an in-process bus with two simulated workers announced on it.
 struct Fleet {
     url: String,
+    /// The node's admin listener (`/debug/state`).
+    admin: String,
     http: reqwest::Client,
     stop: oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), ServeError>>,
@@ -165,10 +168,11 @@ impl Fleet {
     async fn start(config: Config) -> Self {
         let cluster = config.node.cluster.clone();
         let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-        let listener = TcpListener::bind(&config.http.listen).await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let listeners = Listeners::bind(&config).await.unwrap();
+        let url = format!("http://{}", listeners.public.local_addr().unwrap());
+        let admin = format!("http://{}", listeners.admin.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+        let served = tokio::spawn(serve_with_bus(config, listeners, bus.clone(), async {
             let _ = stopped.await;
         }));
         let workers = [
@@ -180,7 +184,7 @@ impl Fleet {
         for _ in 0..1000 {
             let ready = http.get(format!("{url}/ready")).send().await.unwrap();
             if ready.status() == 200 {
-                let (_, state) = get_json(&http, &format!("{url}/debug/state")).await;
+                let (_, state) = get_json(&http, &format!("{admin}/debug/state")).await;
                 ranks = state["scheduler"]["ledger"]["ranks"]
                     .as_array()
                     .map_or(0, Vec::len);
@@ -193,6 +197,7 @@ impl Fleet {
         assert_eq!(ranks, 2, "the node never became ready with both workers");
         Self {
             url,
+            admin,
             http,
             stop,
             served,
@@ -235,10 +240,10 @@ impl Fleet {
 
     /// Waits (bounded) until every booking was released, then stops the node and workers.
     async fn finish(self) {
-        let url = &self.url;
+        let admin = &self.admin;
         let mut state = Value::Null;
         for _ in 0..300 {
-            let (status, s) = get_json(&self.http, &format!("{url}/debug/state")).await;
+            let (status, s) = get_json(&self.http, &format!("{admin}/debug/state")).await;
             assert_eq!(status, 200);
             state = s;
             if ledger_is_idle(&state) {

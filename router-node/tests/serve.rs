@@ -13,15 +13,15 @@ use router_actors::bus::local::LocalBus;
 use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_core::{PoolRole, WorkerSpec};
 use router_node::config::{BusKind, Config};
-use router_node::serve::{ServeError, serve_with_bus};
+use router_node::serve::{Listeners, ServeError, serve_with_bus};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 struct Served {
     url: String,
+    admin: String,
     bus: Arc<dyn Bus>,
     stop: Option<oneshot::Sender<()>>,
     done: JoinHandle<Result<(), ServeError>>,
@@ -33,6 +33,7 @@ fn test_config(drain_ms: u64) -> Config {
     config.node.cluster = format!("serve-test-{}", uuid::Uuid::new_v4().simple());
     config.bus.kind = BusKind::InProcess;
     config.http.listen = "127.0.0.1:0".to_owned();
+    config.admin.listen = "127.0.0.1:0".to_owned();
     config.http.drain_timeout_ms = drain_ms;
     config.http.models = vec!["stand-in".to_owned()];
     config.peer_sync.heartbeat_ms = 50;
@@ -45,14 +46,16 @@ fn test_config(drain_ms: u64) -> Config {
 
 async fn start(config: Config) -> Served {
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let listener = TcpListener::bind(&config.http.listen).await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let listeners = Listeners::bind(&config).await.unwrap();
+    let url = format!("http://{}", listeners.public.local_addr().unwrap());
+    let admin = format!("http://{}", listeners.admin.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(serve_with_bus(config, listener, bus.clone(), async {
+    let done = tokio::spawn(serve_with_bus(config, listeners, bus.clone(), async {
         let _ = stopped.await;
     }));
     Served {
         url,
+        admin,
         bus,
         stop: Some(stop),
         done,
@@ -118,7 +121,12 @@ async fn health_ready_metrics_and_a_request_through_the_registry() {
     assert_eq!(health.status(), 200);
     // Not ready before any worker is known.
     assert_eq!(node.get("/ready").await.status(), 503);
-    let metrics = node.get("/metrics").await;
+    let metrics = node
+        .http
+        .get(format!("{}/metrics", node.admin))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(metrics.status(), 200);
     assert!(metrics.text().await.unwrap().contains("# EOF"));
     let models: serde_json::Value = node.get("/v1/models").await.json().await.unwrap();

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use switchyard_system_tests::support::{self, Proc, RouterNode, TempDir};
+use switchyard_system_tests::support::{self, Proc, RouterNode, Serving, TempDir};
 
 /// A key from `router-node keys new --name NAME --classes CLASSES`: the key (its first line)
 /// and the entry for the keys file (the rest).
@@ -36,13 +36,13 @@ fn replace(path: &Path, text: &str) {
     std::fs::rename(&next, path).unwrap();
 }
 
-/// A node on the in-process bus (the fallback profile: one class, `default`) whose
+/// A node on the in-process bus (its admin listener on a free port) (the fallback profile: one class, `default`) whose
 /// `[auth]` names `keys`.
-fn serve(dir: &TempDir, keys: &Path, reload_interval_ms: u64) -> (Proc, String) {
+fn serve(dir: &TempDir, keys: &Path, reload_interval_ms: u64) -> (Proc, Serving) {
     let config = dir.write(
         "node.toml",
         &format!(
-            "[http]\nlisten = \"127.0.0.1:0\"\ndrain_timeout_ms = 2000\n[bus]\nkind = \"in-process\"\n\
+            "[http]\nlisten = \"127.0.0.1:0\"\ndrain_timeout_ms = 2000\n[admin]\nlisten = \"127.0.0.1:0\"\n[bus]\nkind = \"in-process\"\n\
              [telemetry]\nlog_format = \"json\"\n[auth]\nkeys_file = \"{}\"\n\
              reload_interval_ms = {reload_interval_ms}\n",
             keys.display()
@@ -51,8 +51,8 @@ fn serve(dir: &TempDir, keys: &Path, reload_interval_ms: u64) -> (Proc, String) 
     let mut command = support::router_node();
     command.arg("serve").arg("--config").arg(&config);
     let mut proc = Proc::spawn_command("node", command);
-    let url = RouterNode::wait_serving(&mut proc);
-    (proc, url)
+    let serving = RouterNode::wait_serving(&mut proc);
+    (proc, serving)
 }
 
 /// `GET /v1/models` with `key`: its status.
@@ -107,7 +107,8 @@ async fn sighup_reloads_the_keys_file_and_a_broken_one_keeps_the_keys_in_use() {
     let (b, entry_b) = new_key("team-b", "default");
     let keys = dir.write("keys.toml", &entry_a);
     // No change poll: only SIGHUP reloads.
-    let (proc, url) = serve(&dir, &keys, 0);
+    let (proc, serving) = serve(&dir, &keys, 0);
+    let url = serving.url;
     assert_eq!(models(&url, &a).await, 200, "{}", proc.output());
     assert_eq!(models(&url, &b).await, 401);
 
@@ -126,7 +127,7 @@ async fn sighup_reloads_the_keys_file_and_a_broken_one_keeps_the_keys_in_use() {
     hangup(&proc);
     let deadline = Instant::now() + Duration::from_secs(15);
     let text = loop {
-        let text = metrics(&url).await;
+        let text = metrics(&serving.admin_url).await;
         if text.contains(r#"switchyard_auth_reloads_total{outcome="error"} 1"#) {
             break text;
         }
@@ -163,7 +164,8 @@ async fn a_changed_keys_file_is_picked_up_by_itself() {
     let (a, entry_a) = new_key("team-a", "default");
     let (b, entry_b) = new_key("team-b", "default");
     let keys = dir.write("keys.toml", &entry_a);
-    let (proc, url) = serve(&dir, &keys, 100);
+    let (proc, serving) = serve(&dir, &keys, 100);
+    let url = serving.url;
     assert_eq!(models(&url, &a).await, 200, "{}", proc.output());
     assert_eq!(models(&url, &b).await, 401);
     replace(&keys, &entry_b);

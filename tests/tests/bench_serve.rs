@@ -97,6 +97,8 @@ async fn a_synthesised_trace_replayed_through_a_serve_node_plots_its_queue_depth
         .await;
     cluster.wait_ready(Duration::from_secs(30)).await;
     let url = cluster.url();
+    // The node serves /metrics on its admin listener, not beside the OpenAI API.
+    let metrics_url = format!("{}/metrics", cluster.replicas[0].admin_url());
     let json = dir.path().join("run.json");
     let args: Vec<String> = [
         "bench",
@@ -104,6 +106,8 @@ async fn a_synthesised_trace_replayed_through_a_serve_node_plots_its_queue_depth
         trace.to_str().unwrap(),
         "--url",
         &url,
+        "--metrics-url",
+        &metrics_url,
         "--block-tokens",
         "64",
         "--prompt-format",

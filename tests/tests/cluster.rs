@@ -104,7 +104,7 @@ async fn two_nodes_and_a_worker_on_one_nats_act_as_one_fleet() {
     let ids: Vec<String> = {
         let mut ids = Vec::new();
         for node in &nodes {
-            let (_, state) = get(&http, format!("{}/debug/state", node.url())).await;
+            let (_, state) = get(&http, format!("{}/debug/state", node.admin_url())).await;
             ids.push(
                 peers(&state)
                     .1
@@ -115,7 +115,7 @@ async fn two_nodes_and_a_worker_on_one_nats_act_as_one_fleet() {
     };
     for (i, node) in nodes.iter().enumerate() {
         let other = ids[1 - i].clone();
-        let url = format!("{}/debug/state", node.url());
+        let url = format!("{}/debug/state", node.admin_url());
         eventually("each node sees the other as a peer", || async {
             peers(&get(&http, url.clone()).await.1).0.contains(&other)
         })

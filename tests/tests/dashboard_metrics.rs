@@ -80,7 +80,10 @@ fn exposition(text: &str) -> (BTreeSet<String>, BTreeMap<String, String>) {
 }
 
 async fn scrape(http: &reqwest::Client, node: &RouterNode) -> String {
-    let response = http.get(format!("{}/metrics", node.url())).send().await;
+    let response = http
+        .get(format!("{}/metrics", node.admin_url()))
+        .send()
+        .await;
     match response {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),

@@ -108,7 +108,7 @@ fn without_once_the_node_keeps_serving_until_sigterm() {
         }
     });
     let mut seen = Vec::new();
-    let url = loop {
+    let (url, admin) = loop {
         let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
             let _ = child.kill();
             panic!("no serving line; output so far:\n{}", seen.join("\n"));
@@ -119,8 +119,15 @@ fn without_once_the_node_keeps_serving_until_sigterm() {
                 .next()
                 .unwrap_or_default()
                 .to_owned();
+            let admin = line
+                .split("/debug/state at ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_default()
+                .trim_end_matches('.')
+                .to_owned();
             seen.push(line);
-            break url;
+            break (url, admin);
         }
         seen.push(line);
     };
@@ -142,6 +149,25 @@ fn without_once_the_node_keeps_serving_until_sigterm() {
     let _ = conn.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("data: [DONE]"), "{answer}");
+
+    // The node's state is on its admin listener, not on the public one.
+    let get_state = |addr: &str| {
+        let mut conn = TcpStream::connect(addr).expect("the node listens");
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        write!(
+            conn,
+            "GET /debug/state HTTP/1.1\r\nHost: {addr}\r\nconnection: close\r\n\r\n"
+        )
+        .expect("request sent");
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    let state = get_state(admin.trim_start_matches("http://"));
+    assert!(state.starts_with("HTTP/1.1 200"), "{admin}: {state}");
+    assert!(state.contains("\"scheduler\""), "{state}");
+    assert!(get_state(addr).starts_with("HTTP/1.1 404"));
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

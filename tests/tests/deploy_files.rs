@@ -3,8 +3,11 @@
 //! shutdown budget holds: the Kubernetes router pod's termination grace period exceeds its
 //! preStop sleep plus the config's `http.shutdown_delay_ms` and `http.drain_timeout_ms`, the
 //! compose routers' `stop_grace_period` exceeds the delay plus the drain, and the probes are
-//! `/ready` (readiness) and `/health` (liveness). The YAML's own schema is checked by
-//! `scripts/check-deploy.sh` (docker-compose config, kubectl kustomize, kubernetes-validate).
+//! `/ready` (readiness) and `/health` (liveness); Prometheus scrapes the port the configs give
+//! the admin listener (`/metrics` is not on the public one), and neither the Kubernetes
+//! Service nor the compose file exposes that port to clients. The YAML's own schema is
+//! checked by `scripts/check-deploy.sh` (docker-compose config, kubectl kustomize,
+//! kubernetes-validate).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,8 +78,82 @@ fn every_node_config_under_deploy_loads_with_its_policy() {
         disagg.node.topology,
         router_node::config::TopologyKind::Disaggregated
     );
-    // The overlay changes the topology and nothing else of the base's [http].
+    // The overlay changes the topology and nothing else of the base's [http] and [admin].
     assert_eq!(disagg.http, base.http);
+    assert_eq!(disagg.admin, base.admin);
+}
+
+/// The port of a `host:port` listen address.
+fn port(listen: &str) -> u16 {
+    listen
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or_else(|| panic!("{listen:?} has no port"))
+}
+
+#[test]
+fn prometheus_scrapes_the_admin_port_which_clients_cannot_reach() {
+    // Compose: Prometheus scrapes every replica on the admin port; no router publishes a port
+    // (HAProxy is the clients' way in, to the public port only).
+    let config = load(&deploy("compose/node.toml"), None);
+    let admin = port(&config.admin.listen);
+    assert_ne!(admin, port(&config.http.listen));
+    let prometheus = yaml(&deploy("compose/prometheus.yml"));
+    let job = prometheus["scrape_configs"]
+        .as_sequence()
+        .and_then(|jobs| {
+            jobs.iter()
+                .find(|j| j["job_name"].as_str() == Some("switchyard-router"))
+        })
+        .expect("the switchyard-router job");
+    assert_eq!(job["metrics_path"].as_str(), Some("/metrics"));
+    let targets = job["static_configs"][0]["targets"]
+        .as_sequence()
+        .expect("targets");
+    assert_eq!(targets.len(), 3);
+    for target in targets {
+        let target = target.as_str().expect("a target");
+        assert_eq!(port(target), admin, "{target} is not the admin port");
+    }
+    let compose = yaml(&deploy("compose/docker-compose.yml"));
+    for (name, service) in compose["services"].as_mapping().expect("services") {
+        if name.as_str().is_some_and(|n| n.starts_with("router-")) {
+            assert!(service["ports"].is_null(), "{name:?} publishes ports");
+        }
+    }
+    let haproxy = std::fs::read_to_string(deploy("compose/haproxy.cfg")).expect("haproxy.cfg");
+    assert!(
+        !haproxy.contains(&format!(":{admin}")),
+        "HAProxy reaches the admin port"
+    );
+
+    // Kubernetes: the pod's `admin` port is the config's, Prometheus's annotation names it,
+    // and the Service targets the public port only.
+    let config = load(&deploy("k8s/base/node.toml"), None);
+    let admin = port(&config.admin.listen);
+    let deployment = yaml(&deploy("k8s/base/router.yaml"));
+    let template = &deployment["spec"]["template"];
+    let annotations = &template["metadata"]["annotations"];
+    assert_eq!(
+        annotations["prometheus.io/port"].as_str(),
+        Some(admin.to_string().as_str())
+    );
+    assert_eq!(annotations["prometheus.io/path"].as_str(), Some("/metrics"));
+    let ports = template["spec"]["containers"][0]["ports"]
+        .as_sequence()
+        .expect("container ports");
+    let named = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .and_then(|p| p["containerPort"].as_u64())
+    };
+    assert_eq!(named("admin"), Some(u64::from(admin)));
+    assert_eq!(named("http"), Some(u64::from(port(&config.http.listen))));
+    let service = yaml(&deploy("k8s/base/router-service.yaml"));
+    for service_port in service["spec"]["ports"].as_sequence().expect("ports") {
+        assert_eq!(service_port["targetPort"].as_str(), Some("http"));
+    }
 }
 
 #[test]

@@ -68,7 +68,7 @@ fn sum(text: &str, prefix: &str) -> f64 {
 }
 
 async fn scrape(cluster: &Cluster, replica: usize) -> String {
-    let url = format!("{}/metrics", cluster.replicas[replica].url());
+    let url = format!("{}/metrics", cluster.replicas[replica].admin_url());
     get_text(&reqwest::Client::new(), &url).await.unwrap()
 }
 

@@ -110,6 +110,7 @@ async fn serve_fails(url: &str, tables: &str) -> (Option<i32>, String) {
         "node.toml",
         &format!(
             "[node]\ncluster = \"{CLUSTER}\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n\
              [bus]\nkind = \"nats\"\nnats_url = \"{url}\"\n\n{tables}"
         ),
     );
@@ -168,7 +169,7 @@ async fn a_node_and_a_worker_connect_with_tls_and_credentials_and_foreign_endpoi
         r#"switchyard_registry_announcements_refused_total{reason="endpoint_not_allowed"}"#;
     let deadline = Instant::now() + Duration::from_secs(20);
     let metrics = loop {
-        let text = get_text(&http, &format!("{}/metrics", node.url()))
+        let text = get_text(&http, &format!("{}/metrics", node.admin_url()))
             .await
             .expect("metrics");
         if metric_sum(&text, series).is_some_and(|v| v >= 2.0) {

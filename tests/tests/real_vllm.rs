@@ -100,6 +100,22 @@ impl Reported {
     }
 }
 
+/// A router replica's two listeners: the OpenAI API and the admin endpoints.
+#[derive(Debug, Clone)]
+struct Router {
+    api: String,
+    admin: String,
+}
+
+impl Router {
+    fn of(node: &RouterNode) -> Self {
+        Self {
+            api: node.url().to_owned(),
+            admin: node.admin_url().to_owned(),
+        }
+    }
+}
+
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -107,9 +123,9 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
-async fn state(url: &str) -> Value {
+async fn state(router: &Router) -> Value {
     http()
-        .get(format!("{url}/debug/state"))
+        .get(format!("{}/debug/state", router.admin))
         .send()
         .await
         .unwrap()
@@ -119,14 +135,14 @@ async fn state(url: &str) -> Value {
 }
 
 /// The (rank, block) entries in a router's index.
-async fn index_blocks(url: &str) -> u64 {
-    state(url).await["node"]["kv_events"][0]["state"]["index"]["rank_blocks"]
+async fn index_blocks(router: &Router) -> u64 {
+    state(router).await["node"]["kv_events"][0]["state"]["index"]["rank_blocks"]
         .as_u64()
         .unwrap()
 }
 
-async fn workers(url: &str) -> Vec<Value> {
-    state(url).await["node"]["registry"]["workers"]
+async fn workers(router: &Router) -> Vec<Value> {
+    state(router).await["node"]["registry"]["workers"]
         .as_array()
         .cloned()
         .unwrap_or_default()
@@ -169,7 +185,7 @@ fn cached(body: &Value) -> u64 {
 }
 
 /// The index of every router in `routers` equals what the engines reported.
-async fn indexes_match(routers: &[&str], reported: &[Reported]) {
+async fn indexes_match(routers: &[Router], reported: &[Reported]) {
     for router in routers {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -181,7 +197,8 @@ async fn indexes_match(routers: &[&str], reported: &[Reported]) {
             if tokio::time::Instant::now() > deadline {
                 let s = state(router).await;
                 panic!(
-                    "{router}: the index holds {have} blocks, the engines reported {:?}; kv events: {}; workers: {}",
+                    "{}: the index holds {have} blocks, the engines reported {:?}; kv events: {}; workers: {}",
+                    router.api,
                     reported.iter().map(Reported::len).collect::<Vec<_>>(),
                     s["node"]["kv_events"][0]["state"],
                     s["node"]["registry"]["workers"]
@@ -195,7 +212,7 @@ async fn indexes_match(routers: &[&str], reported: &[Reported]) {
 /// 20 pairs of requests sharing an 8-block prefix: the second of each pair, sent to another
 /// replica when there are two, is served from the engine's cache. Returns how many pairs
 /// each engine served.
-async fn prefix_pairs(routers: &[&str], reported: &[Reported], seed: u64) -> Vec<usize> {
+async fn prefix_pairs(routers: &[Router], reported: &[Reported], seed: u64) -> Vec<usize> {
     let mut served = vec![0; reported.len()];
     for pair in 0..20u64 {
         let prefix = tokens(seed + pair, 8 * BLOCK);
@@ -204,8 +221,8 @@ async fn prefix_pairs(routers: &[&str], reported: &[Reported], seed: u64) -> Vec
         let mut second = prefix.clone();
         second.extend(tokens(seed + 2000 + pair, 40));
         let before: Vec<usize> = reported.iter().map(Reported::len).collect();
-        let a = routers[pair as usize % routers.len()];
-        let b = routers[(pair as usize + 1) % routers.len()];
+        let a = &routers[pair as usize % routers.len()].api;
+        let b = &routers[(pair as usize + 1) % routers.len()].api;
         let body = complete(a, &first, 1).await;
         assert_eq!(body["usage"]["prompt_tokens"], first.len());
         // The engine publishes its events after it answered: wait for them, then for the
@@ -243,9 +260,9 @@ async fn prefix_pairs(routers: &[&str], reported: &[Reported], seed: u64) -> Vec
     served
 }
 
-async fn metrics(url: &str) -> String {
+async fn metrics(router: &Router) -> String {
     http()
-        .get(format!("{url}/metrics"))
+        .get(format!("{}/metrics", router.admin))
         .send()
         .await
         .unwrap()
@@ -255,15 +272,15 @@ async fn metrics(url: &str) -> String {
 }
 
 /// Both engines' own load shows in `/debug/state` and `/metrics`.
-async fn load_shows(url: &str) {
+async fn load_shows(router: &Router) {
     eventually("each worker carries its engine's load", || async {
-        let w = workers(url).await;
+        let w = workers(router).await;
         w.len() == 2
             && w.iter()
                 .all(|w| w["load"].as_array().is_some_and(|l| !l.is_empty()))
     })
     .await;
-    let text = metrics(url).await;
+    let text = metrics(router).await;
     let totals = text
         .lines()
         .filter(|l| l.starts_with("switchyard_engine_kv_total_blocks{"))
@@ -367,22 +384,23 @@ async fn real_vllm_engines_behind_switchyard() {
         "block_size = 32",
         &format!("{}{}", tokenizer_toml(), engines_toml(&engines)),
     );
-    let url = node.url().to_owned();
+    let router = Router::of(&node);
+    let one = std::slice::from_ref(&router);
     eventually("both engines joined", || async {
-        workers(&url).await.len() == 2
+        workers(&router).await.len() == 2
     })
     .await;
-    token_counts_match(&url).await;
+    token_counts_match(&router.api).await;
     // Their blocks are published after the answers: let them land before pairs are measured.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    indexes_match(&[&url], &reported).await;
-    let served = prefix_pairs(&[&url], &reported, 0).await;
+    indexes_match(one, &reported).await;
+    let served = prefix_pairs(one, &reported, 0).await;
     assert!(
         served.iter().all(|&n| n >= 3),
         "first requests spread over both engines: {served:?}"
     );
-    load_shows(&url).await;
-    let up = metrics(&url)
+    load_shows(&router).await;
+    let up = metrics(&router)
         .await
         .lines()
         .filter(|l| l.starts_with("switchyard_engine_link_up{") && l.ends_with(" 1"))
@@ -399,7 +417,7 @@ async fn real_vllm_engines_behind_switchyard() {
     assert!(reset.status().is_success());
     complete(&engines[0].url(), &tokens(99, 5), 1).await;
     eventually("engine A's entries are gone", || async {
-        reported[0].len() == 0 && index_blocks(&url).await == reported[1].len() as u64
+        reported[0].len() == 0 && index_blocks(&router).await == reported[1].len() as u64
     })
     .await;
     assert_eq!(node.stop().code, Some(0));
@@ -424,13 +442,13 @@ async fn real_vllm_engines_behind_switchyard() {
                 )
         ),
     );
-    let durl = disagg.url().to_owned();
+    let drouter = Router::of(&disagg);
     eventually("a prefill and a decode engine joined", || async {
-        workers(&durl).await.len() == 2
+        workers(&drouter).await.len() == 2
     })
     .await;
     let response = http()
-        .post(format!("{durl}/v1/completions"))
+        .post(format!("{}/v1/completions", drouter.api))
         .json(&json!({
             "model": tiny_model().to_string_lossy(),
             "prompt": tokens(42, 80),
@@ -488,8 +506,7 @@ async fn real_vllm_engines_behind_switchyard() {
         RouterNode::start_with_node("replica-1", "real-two", &bus, "block_size = 32", &extra),
         RouterNode::start_with_node("replica-2", "real-two", &bus, "block_size = 32", &extra),
     ];
-    let urls: Vec<String> = replicas.iter().map(|r| r.url().to_owned()).collect();
-    let routers: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let routers: Vec<Router> = replicas.iter().map(Router::of).collect();
     for router in &routers {
         eventually("both engines joined every replica", || async {
             workers(router).await.len() == 2
@@ -516,13 +533,13 @@ async fn real_vllm_engines_behind_switchyard() {
         served.iter().all(|&n| n >= 3),
         "first requests spread over both engines: {served:?}"
     );
-    load_shows(routers[0]).await;
+    load_shows(&routers[0]).await;
 
     // SIGKILL engine A while streams run on both engines (twelve: more than an engine runs at
     // once, so some are still running or waiting there however fast it generates).
     let streams: Vec<_> = (0..12u64)
         .map(|i| {
-            let router = routers[i as usize % 2].to_owned();
+            let router = routers[i as usize % 2].api.clone();
             tokio::spawn(async move {
                 let response = http()
                     .post(format!("{router}/v1/completions"))
@@ -556,7 +573,7 @@ async fn real_vllm_engines_behind_switchyard() {
         .collect();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let s = state(routers[0]).await;
+        let s = state(&routers[0]).await;
         let booked = s["scheduler"]["ledger"]["ranks"]
             .as_array()
             .is_some_and(|ranks| {
@@ -616,10 +633,10 @@ async fn real_vllm_engines_behind_switchyard() {
             state(router).await["scheduler"]["ledger"]["bookings"] == 0
         })
         .await;
-        indexes_match(&[router], &reported).await;
+        indexes_match(std::slice::from_ref(router), &reported).await;
     }
     for i in 0..4u64 {
-        complete(routers[i as usize % 2], &tokens(700 + i, 50), 2).await;
+        complete(&routers[i as usize % 2].api, &tokens(700 + i, 50), 2).await;
     }
 
     // Restarted, it joins again and is used again.
@@ -634,7 +651,12 @@ async fn real_vllm_engines_behind_switchyard() {
     reported[0] = Reported::watch(engines[0].kv_events()).await;
     let mut used = false;
     for i in 0..20u64 {
-        complete(routers[i as usize % 2], &tokens(800 + i, 3 * BLOCK + 5), 1).await;
+        complete(
+            &routers[i as usize % 2].api,
+            &tokens(800 + i, 3 * BLOCK + 5),
+            1,
+        )
+        .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if reported[0].len() > 0 {
             used = true;

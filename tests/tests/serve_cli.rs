@@ -156,7 +156,8 @@ async fn environment_overrides_take_effect_in_a_running_node() {
     let file = dir.write(
         "node.toml",
         "[http]\nlisten = \"127.0.0.1:0\"\nmodels = [\"from-file\"]\n\
-         body_limit_bytes = 1048576\n[bus]\nkind = \"in-process\"\n\
+         body_limit_bytes = 1048576\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [bus]\nkind = \"in-process\"\n\
          [telemetry]\nlog_format = \"json\"\n",
     );
     let mut command = support::router_node();
@@ -166,7 +167,7 @@ async fn environment_overrides_take_effect_in_a_running_node() {
         .env("SWITCHYARD_HTTP__MODELS", "alpha,beta")
         .env("SWITCHYARD_HTTP__BODY_LIMIT_BYTES", "1024");
     let mut proc = Proc::spawn_command("node", command);
-    let url = RouterNode::wait_serving(&mut proc);
+    let url = RouterNode::wait_serving(&mut proc).url;
     let client = reqwest::Client::new();
 
     let models: serde_json::Value = client

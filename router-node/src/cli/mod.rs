@@ -118,6 +118,14 @@ struct DemoArgs {
         conflicts_with = "offline"
     )]
     listen: SocketAddr,
+    /// Where the node serves /metrics and /debug/state (port 0: any free port; printed).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:0",
+        conflicts_with = "offline"
+    )]
+    admin_listen: SocketAddr,
     /// Exit after the summary instead of serving until Ctrl-C.
     #[arg(long)]
     once: bool,
@@ -229,6 +237,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
         requests: args.requests,
         seed: args.seed,
         listen: args.listen,
+        admin_listen: args.admin_listen,
         once: args.once,
         json: args.json,
     })

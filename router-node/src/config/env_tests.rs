@@ -262,6 +262,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
     config.node.router_id = Some(uuid::Uuid::nil());
     config.policy.path = Some("p.toml".into());
     config.telemetry.otlp_endpoint = Some("http://c:4317".into());
+    config.admin.token_file = Some("admin.token".into());
     let t = &mut config.tokenizer;
     t.model_dir = Some("m".into());
     t.path = Some("t.json".into());
@@ -305,7 +306,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
         keys += 1;
     }
     assert_eq!(
-        keys, 52,
+        keys, 61,
         "a key was added or removed: update the page and this count"
     );
 }

@@ -6,7 +6,6 @@ use super::{Config, TopologyKind};
 use crate::frontend::Limits;
 use router_actors::{NodeConfig, Topology};
 use router_core::{PolicyError, PolicyFormat, PolicyProfile, RouterId, SelectionConfig};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -137,14 +136,15 @@ impl Config {
     }
 
     /// A relative `policy.path`, `tokenizer.path`, `tokenizer.chat_template`,
-    /// `tokenizer.model_dir`, `auth.keys_file` or `[bus.auth]` / `[bus.tls]` file is relative
-    /// to the directory of the config file.
+    /// `tokenizer.model_dir`, `auth.keys_file`, `admin.token_file` or `[bus.auth]` /
+    /// `[bus.tls]` file is relative to the directory of the config file.
     fn resolve_relative_paths(&mut self, config_file: &Path) {
         let Some(dir) = config_file.parent() else {
             return;
         };
         self.bus.resolve_relative_paths(dir);
         self.auth.resolve_relative_paths(dir);
+        self.admin.resolve_relative_paths(dir);
         for path in [
             &mut self.policy.path,
             &mut self.tokenizer.path,
@@ -183,22 +183,9 @@ impl Config {
         for (index, engine) in self.engines.iter().enumerate() {
             engine.validate(index, n.topology)?;
         }
-        let h = &self.http;
-        if parse_listen(&h.listen).is_none() {
-            return Err(ConfigError::invalid(
-                "http.listen",
-                format!("must be host:port, got {:?}", h.listen),
-            ));
-        }
+        self.http.validate()?;
+        self.admin.validate(&self.http)?;
         for (key, value) in [
-            ("http.body_limit_bytes", h.body_limit_bytes as u64),
-            ("http.concurrency_limit", h.concurrency_limit as u64),
-            ("http.default_max_tokens", h.default_max_tokens),
-            (
-                "http.upstream_connect_timeout_ms",
-                h.upstream_connect_timeout_ms,
-            ),
-            ("http.upstream_read_timeout_ms", h.upstream_read_timeout_ms),
             ("peer_sync.heartbeat_ms", self.peer_sync.heartbeat_ms),
             ("peer_sync.lease_ms", self.peer_sync.lease_ms),
             (
@@ -210,13 +197,6 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::invalid(key, "must be >= 1"));
             }
-        }
-        // tokio's Semaphore refuses more permits than this.
-        if h.concurrency_limit > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err(ConfigError::invalid(
-                "http.concurrency_limit",
-                format!("must be <= {}", tokio::sync::Semaphore::MAX_PERMITS),
-            ));
         }
         if self.scheduler.room_credits && !self.scheduler.decode_reservations {
             return Err(ConfigError::invalid(
@@ -333,15 +313,7 @@ impl Config {
 
     /// The frontend's limits.
     pub fn limits(&self) -> Limits {
-        let h = &self.http;
-        Limits {
-            max_concurrent_requests: h.concurrency_limit,
-            max_body_bytes: h.body_limit_bytes,
-            default_max_tokens: h.default_max_tokens,
-            connect_timeout: Duration::from_millis(h.upstream_connect_timeout_ms),
-            read_timeout: Duration::from_millis(h.upstream_read_timeout_ms),
-            ..Limits::default()
-        }
+        self.http.limits()
     }
 
     pub fn drain_timeout(&self) -> Duration {
@@ -351,16 +323,6 @@ impl Config {
     pub fn shutdown_delay(&self) -> Duration {
         Duration::from_millis(self.http.shutdown_delay_ms)
     }
-}
-
-/// `host:port` with a numeric port (an IP literal, or a name resolved when binding).
-fn parse_listen(listen: &str) -> Option<()> {
-    if listen.parse::<SocketAddr>().is_ok() {
-        return Some(());
-    }
-    let (host, port) = listen.rsplit_once(':')?;
-    port.parse::<u16>().ok()?;
-    (!host.is_empty() && !host.contains(char::is_whitespace)).then_some(())
 }
 
 /// The `[table]` header in force at byte `offset` of `text`.

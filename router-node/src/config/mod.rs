@@ -18,7 +18,9 @@
 //! default and meaning; a test keeps it equal to the defaults.
 //!
 //! Files: `mod.rs` (the sections and their defaults), `load.rs` (file, validation,
-//! conversion to the node's `NodeConfig`), `env.rs` (the environment layer), `tokenizer.rs`
+//! conversion to the node's `NodeConfig`), `env.rs` (the environment layer), `http.rs`
+//! (`[http]` and `[admin]`: the listeners, the input limits and timeouts, the admin token,
+//! the frontend's `Limits`), `tokenizer.rs`
 //! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`),
 //! `security.rs` (`[bus.auth]`, `[bus.tls]` and `[registry]`), `auth.rs` (`[auth]`: the API
 //! keys file).
@@ -26,6 +28,7 @@
 mod auth;
 mod engines;
 mod env;
+mod http;
 mod load;
 mod security;
 mod tokenizer;
@@ -36,6 +39,7 @@ pub use env::{
     ENV_ALIASES, ENV_CLUSTER, ENV_CONFIG, ENV_HTTP_LISTEN, ENV_NATS_URL, ENV_OTLP_ENDPOINT,
     ENV_PREFIX, ENV_SEPARATOR, env_var,
 };
+pub use http::{AdminSection, HttpSection};
 pub use load::ConfigError;
 pub use security::{BusAuthSection, BusTlsSection, RegistrySection};
 
@@ -49,6 +53,7 @@ use std::path::PathBuf;
 pub struct Config {
     pub node: NodeSection,
     pub http: HttpSection,
+    pub admin: AdminSection,
     pub bus: BusSection,
     pub policy: PolicySection,
     pub selection: SelectionSection,
@@ -106,50 +111,6 @@ impl Default for NodeSection {
             router_id: None,
             topology: TopologyKind::Aggregated,
             block_size: 16,
-        }
-    }
-}
-
-/// `[http]`: the OpenAI-compatible frontend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpSection {
-    /// `host:port` to listen on.
-    pub listen: String,
-    /// Largest accepted request body (bytes); larger is a 413.
-    pub body_limit_bytes: usize,
-    /// OpenAI requests handled at once; one more is a 429.
-    pub concurrency_limit: usize,
-    /// Output tokens assumed when a request gives no `max_tokens`.
-    pub default_max_tokens: u64,
-    /// At shutdown, how long in-flight requests and streams may take to finish.
-    pub drain_timeout_ms: u64,
-    /// At shutdown, how long the node keeps accepting requests after `/ready` turned false,
-    /// so a load balancer sees it not ready and stops sending before it stops listening (set
-    /// it to your load balancer's failed checks × check interval).
-    pub shutdown_delay_ms: u64,
-    /// Connecting to a worker.
-    pub upstream_connect_timeout_ms: u64,
-    /// Longest silence between two reads from a worker.
-    pub upstream_read_timeout_ms: u64,
-    /// Model names served by `GET /v1/models` (a list, or one comma-separated string as the
-    /// environment gives it).
-    #[serde(deserialize_with = "names")]
-    pub models: Vec<String>,
-}
-
-impl Default for HttpSection {
-    fn default() -> Self {
-        Self {
-            listen: "0.0.0.0:8080".to_owned(),
-            body_limit_bytes: 4 * 1024 * 1024,
-            concurrency_limit: 4096,
-            default_max_tokens: 256,
-            drain_timeout_ms: 30_000,
-            shutdown_delay_ms: 0,
-            upstream_connect_timeout_ms: 2_000,
-            upstream_read_timeout_ms: 60_000,
-            models: Vec::new(),
         }
     }
 }

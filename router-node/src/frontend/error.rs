@@ -4,12 +4,15 @@
 //! `RejectReason::label()` or one of the frontend's own), also used as the metric label, and
 //! `stage` says where the request stopped.
 //!
-//! Status codes: malformed input 400, oversized body 413, a shed request (queue full,
-//! deadline, may-not-queue, overload) 429 with `Retry-After: 1`, no worker or no router 503,
-//! a failing worker 502, anything that is our bug 500; a class the `x-policy-class` header may
-//! not pick 403, and a classifier's refusal the rule's own status. With API keys: no valid
-//! key 401 (with `WWW-Authenticate: Bearer`), a class the key may not use 403, over the
-//! key's rate 429 with the wait as `Retry-After`, more tokens than the key's burst 413.
+//! Status codes: malformed input or a request over a limit (prompt tokens, `max_tokens`, a
+//! run of one kind of character) 400, oversized body 413, a body not sent in time 408 (the
+//! connection closes), a shed request (queue full, deadline, may-not-queue, overload) 429
+//! with `Retry-After: 1`, no worker or no router 503, a failing worker 502, a request past
+//! its deadline 504, anything that is our bug 500; a class the `x-policy-class` header may
+//! not pick 403, a classifier's refusal the rule's own status, and an admin request without
+//! the admin token 401. With API keys: no valid key 401 (with `WWW-Authenticate: Bearer`), a
+//! class the key may not use 403, over the key's rate 429 with the wait as `Retry-After`,
+//! more tokens than the key's burst 413.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -116,6 +119,94 @@ impl ApiError {
             "body_too_large",
         )
         .message(format!("request body is larger than {limit} bytes"))
+    }
+
+    /// The client did not send its whole body within `limit` (`http.body_read_timeout_ms`).
+    /// A 408 closes the connection.
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            Stage::Request,
+            "body_timeout",
+        )
+        .message(format!(
+            "the request body was not received within {} ms",
+            limit.as_millis()
+        ))
+    }
+
+    /// `max_tokens` (or `max_completion_tokens`) above `http.max_tokens_limit`.
+    pub fn max_tokens_too_large(asked: u64, limit: u64) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Request,
+            "max_tokens_too_large",
+        )
+        .message(format!(
+            "field `max_tokens`: {asked} is more than this server's limit of {limit} tokens"
+        ))
+    }
+
+    /// A prompt of `tokens` tokens (at least, when `bytes` gives the text's length and the
+    /// most bytes one token stands for: counted without tokenizing) over `limit`.
+    pub fn prompt_too_long(tokens: u64, bytes: Option<(usize, usize)>, limit: u64) -> Self {
+        let counted = match bytes {
+            None => format!("the prompt has {tokens} tokens"),
+            Some((bytes, per_token)) => format!(
+                "the prompt has at least {tokens} tokens ({bytes} bytes, at most {per_token}                  bytes per token)"
+            ),
+        };
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Request,
+            "prompt_too_long",
+        )
+        .message(format!(
+            "{counted}, more than this server's limit of {limit} prompt tokens"
+        ))
+    }
+
+    /// A text prompt holding a run of `run` bytes of one kind of character (letters,
+    /// digits, whitespace, other symbols) over `limit` (`http.max_word_bytes`).
+    pub fn word_too_long(run: usize, limit: usize) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Stage::Request,
+            "word_too_long",
+        )
+        .message(format!(
+            "the prompt holds a run of {run} bytes of letters, digits, whitespace or symbols \
+             without a break; this server accepts at most {limit}"
+        ))
+    }
+
+    /// The request was not finished within `limit` of its arrival (`http.request_timeout_ms`).
+    pub fn request_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            Stage::Upstream,
+            "request_timeout",
+        )
+        .message(format!(
+            "the request did not finish within this server's limit of {} ms",
+            limit.as_millis()
+        ))
+    }
+
+    /// An admin request without the admin listener's bearer token (`admin.token_file`).
+    pub fn admin_unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            Stage::Request,
+            "unauthorized",
+        )
+        .message("this endpoint needs the admin token: Authorization: Bearer <token>")
     }
 
     pub fn unknown_class(err: &router_core::UnknownClass) -> Self {
@@ -349,20 +440,28 @@ impl IntoResponse for ApiError {
             self.body_json(),
         )
             .into_response();
+        let headers = response.headers_mut();
         if self.retryable() {
             let after = HeaderValue::from(self.retry_after.unwrap_or(1));
-            response.headers_mut().insert(header::RETRY_AFTER, after);
+            headers.insert(header::RETRY_AFTER, after);
         }
-        if self.status == StatusCode::UNAUTHORIZED {
-            let challenge = if self.reason == "invalid_api_key" {
-                r#"Bearer error="invalid_token""#
-            } else {
-                "Bearer"
-            };
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(challenge),
-            );
+        match self.status {
+            // The rest of a slow body is not read: the connection cannot carry another request.
+            StatusCode::REQUEST_TIMEOUT => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            StatusCode::UNAUTHORIZED => {
+                let challenge = if self.reason == "invalid_api_key" {
+                    r#"Bearer error="invalid_token""#
+                } else {
+                    "Bearer"
+                };
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(challenge),
+                );
+            }
+            _ => {}
         }
         response
     }

@@ -1,27 +1,33 @@
-//! The route handlers: the two OpenAI routes (read, parse, tokenize, admit, proxy) and the
-//! operational ones (`/v1/models`, `/health`, `/ready`, `/metrics`, `/debug/state`).
+//! The route handlers of the OpenAI API: the two OpenAI routes (read, parse, check,
+//! tokenize, admit, proxy) and `/v1/models` (the probes, `/health` and `/ready`, are in
+//! `admin.rs`).
 //!
-//! An OpenAI request goes: API key (`auth.rs`) → class header (and, without classifiers,
-//! the key's entitlement to it) → the key's request rate → permit → body under the size
-//! limit → parse → tokenize → classify (once, before any hop: `classify.rs`; then the key's
-//! entitlement) → the key's token rate → `route` → on admission a
-//! [`BookingGuard`] at once (no await in between, so a dropped handler can never leak a
-//! booking) → `proxy::forward`. Every failure is an [`ApiError`] counted under its class
-//! (`unknown` before the request was classified) and reason.
+//! An OpenAI request goes: API key (`auth.rs`) → class header (and, without classifiers, the
+//! key's entitlement to it) → the key's request rate → body under the size limit and the
+//! body read timeout → parse → the checks before tokenizing (`limits.rs`) → permit →
+//! tokenize → prompt token count → classify (once, before any hop: `classify.rs`; then the
+//! key's entitlement) → the key's token rate → `route` → on admission a [`BookingGuard`] at
+//! once (no await in between, so a dropped handler can never leak a booking) →
+//! `proxy::forward`. A slow or oversized body never holds a permit. The whole request runs
+//! under its deadline (`http.request_timeout_ms`): past it the handler is dropped (its
+//! booking and permit with it) and the client gets a 504, or, once streaming, the stream
+//! ends with one error event (`proxy.rs`). Every failure is an [`ApiError`] counted under its
+//! class (`unknown` before the request was classified) and reason.
 
-use super::AppState;
 use super::admit::{Class, admit, route_request};
 use super::auth;
 use super::classify::classify;
 use super::error::ApiError;
+use super::limits::Deadline;
 use super::openai::{Endpoint, ParsedRequest, PromptInput};
 use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
+use super::{AppState, Limits};
 use crate::auth::ApiKey;
 use crate::metrics::{RequestObserver, RequestOutcome};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::{Phase, RequestId, WorkerId};
@@ -68,11 +74,42 @@ async fn openai(
     // Records the request's duration and tokens once, however it ends (dropped with this
     // future when the client goes away: `cancelled`).
     let mut observer = RequestObserver::new(state.metrics.clone());
-    let response = handle_openai(state, endpoint, headers, body, &mut observer)
+    let deadline = Deadline::after(state.limits.request_timeout);
+    let handled = handle_openai(
+        state.clone(),
+        endpoint,
+        headers,
+        body,
+        deadline,
+        &mut observer,
+    );
+    let response = match tokio::time::timeout_at(deadline.at, handled)
         .instrument(span.clone())
-        .await;
+        .await
+    {
+        Ok(response) => response,
+        // The handler is gone, and with it any booking and permit it held.
+        Err(_) => past_deadline(&state, endpoint, deadline, &mut observer),
+    };
     span.record("http.response.status_code", response.status().as_u16());
     response
+}
+
+/// The answer to a request whose deadline passed before it had a response: a 504, counted
+/// under the class it had by then.
+fn past_deadline(
+    state: &AppState,
+    endpoint: Endpoint,
+    deadline: Deadline,
+    observer: &mut RequestObserver,
+) -> Response {
+    let label = observer.class_name().to_owned();
+    let err = ApiError::request_timeout(deadline.limit);
+    state.metrics.request(endpoint.label(), &label);
+    state.metrics.rejection(&label, err.reason);
+    observer.finish(RequestOutcome::of_status(err.status.as_u16()));
+    let class = (label != "unknown").then_some(label);
+    err.class(class).into_response()
 }
 
 async fn handle_openai(
@@ -80,6 +117,7 @@ async fn handle_openai(
     endpoint: Endpoint,
     headers: HeaderMap,
     body: Body,
+    deadline: Deadline,
     observer: &mut RequestObserver,
 ) -> Response {
     let mut key = None;
@@ -90,7 +128,8 @@ async fn handle_openai(
             let known_id = known.as_ref().map(|c| c.id);
             let key = key.as_deref();
             match prepare(&state, endpoint, &headers, body, requested, known, key).await {
-                Ok((prepared, class)) => {
+                Ok((mut prepared, class)) => {
+                    prepared.request.deadline = Some(deadline);
                     observer.class(&class.name);
                     let outcome =
                         admit_and_forward(&state, &headers, prepared, &class, observer).await;
@@ -134,9 +173,9 @@ struct Prepared {
     permit: OwnedSemaphorePermit,
 }
 
-/// Everything before the first hop: a permit, the body under its limit, parsing and
-/// tokenizing, then the one classification (`classify`) every hop runs under, and the API
-/// key's checks that need the class or the tokens.
+/// Everything before the first hop: the body under its limits, parsing, the checks before
+/// tokenizing, a permit, tokenizing and the count, then the one classification (`classify`)
+/// every hop runs under, and the API key's checks that need the class or the tokens.
 async fn prepare(
     state: &AppState,
     endpoint: Endpoint,
@@ -146,14 +185,19 @@ async fn prepare(
     known: Option<Class>,
     key: Option<&ApiKey>,
 ) -> Result<(Prepared, Class), ApiError> {
+    let limits = &state.limits;
+    let bytes = read_body(body, headers, limits).await?;
+    let mut request = state.prompter.parse(endpoint, &bytes)?;
+    drop(bytes);
+    limits.check_max_tokens(request.max_tokens)?;
+    let tokenizer = state.prompter.tokenizer();
+    limits.check_prompt(&request.prompt, tokenizer.longest_token_bytes())?;
+    // Only now, with the whole body read and checked: a slow client never holds a permit.
     let permit = state
         .permits
         .clone()
         .try_acquire_owned()
-        .map_err(|_| ApiError::saturated(state.limits.max_concurrent_requests))?;
-    let bytes = read_body(body, headers, state.limits.max_body_bytes).await?;
-    let mut request = state.prompter.parse(endpoint, &bytes)?;
-    drop(bytes);
+        .map_err(|_| ApiError::saturated(limits.max_concurrent_requests))?;
     // Tokenized once: every leg and hop below uses these ids.
     let prompt = std::mem::replace(&mut request.prompt, PromptInput::Tokens(Vec::new()));
     // One text prompt may go upstream as its ids (a batch stays text: its ids are joined).
@@ -161,6 +205,7 @@ async fn prepare(
         && endpoint == Endpoint::Completions
         && matches!(&prompt, PromptInput::Text(parts) if parts.len() == 1);
     let tokens = state.prompter.tokenize_for(endpoint, prompt).await;
+    limits.check_prompt_tokens(tokens.len())?;
     if forward_ids {
         request.set_prompt_ids(&tokens);
     }
@@ -275,9 +320,11 @@ async fn admit_and_forward(
 /// the connection.
 const MAX_ATTEMPTS: u32 = 2;
 
-/// The request body, at most `limit` bytes (checked against `Content-Length` first, then
-/// while reading).
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+/// The request body, at most `limits.max_body_bytes` (checked against `Content-Length`
+/// first, then while reading), all of it within `limits.body_read_timeout` (else a 408,
+/// which closes the connection).
+async fn read_body(body: Body, headers: &HeaderMap, limits: &Limits) -> Result<Bytes, ApiError> {
+    let limit = limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -285,17 +332,22 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(ApiError::too_large(limit));
     }
-    let mut stream = body.into_data_stream();
-    let mut buf = Vec::with_capacity(declared.map_or(0, |l| l as usize).min(limit));
-    while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_field("body", format!("could not be read: {e}")))?;
-        if buf.len().saturating_add(chunk.len()) > limit {
-            return Err(ApiError::too_large(limit));
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buf = Vec::with_capacity(declared.map_or(0, |l| l as usize).min(limit));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::bad_field("body", format!("could not be read: {e}")))?;
+            if buf.len().saturating_add(chunk.len()) > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(buf))
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(limits.body_read_timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(ApiError::body_timeout(limits.body_read_timeout)))
 }
 
 /// The model list; with API keys, for a valid key only.
@@ -313,87 +365,4 @@ pub(super) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMa
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
-}
-
-/// 200 while the node's actors run (or are being restarted); 503 with the reason once its
-/// supervisor gave up or a required actor or task is gone for good.
-pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    let failed = state.alive.borrow().reason().map(str::to_owned);
-    match failed {
-        None => Json(json!({"status": "ok"})).into_response(),
-        Some(reason) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "failed", "reason": reason})),
-        )
-            .into_response(),
-    }
-}
-
-/// 200 while the node admits. The body also says whether the node's bus connection is up:
-/// a replica that lost NATS keeps routing with the fleet it last knew (its peers' bookings
-/// kept, its room credits its own), and says so.
-pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let bus = state.bus_connected.as_ref().map(|connected| {
-        if connected() {
-            "connected"
-        } else {
-            "disconnected"
-        }
-    });
-    let mut body = if *state.ready.borrow() {
-        json!({"status": "ready"})
-    } else {
-        json!({"status": "not_ready"})
-    };
-    if let (Some(bus), Some(map)) = (bus, body.as_object_mut()) {
-        map.insert("bus".to_owned(), json!(bus));
-    }
-    if *state.ready.borrow() {
-        Json(body).into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-    }
-}
-
-/// The frontend's metrics and, with a node attached, its actors' state observed now (each
-/// actor within the scrape timeout; a silent one is counted, never an error answer).
-pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.scrape().await,
-    )
-        .into_response()
-}
-
-/// The admitting router's `Observe` snapshot at the top level, the classifier decisions per
-/// rule under `classifiers`, workers that refused connections under `worker_breaker`, the
-/// API keys in use under `auth` (names, classes, limits; never a key or digest) and, when
-/// the node is attached, every actor's snapshot under `node` (routers of all pools, peer
-/// sync, KV events, registry).
-pub(super) async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
-    let Ok(snapshot) = state.router.observe().await else {
-        return ApiError::router_gone().into_response();
-    };
-    let mut body = match serde_json::to_value(&snapshot) {
-        Ok(body) => body,
-        Err(_) => return ApiError::router_gone().into_response(),
-    };
-    if let Some(map) = body.as_object_mut() {
-        let counts = serde_json::to_value(state.classified.snapshot()).unwrap_or_default();
-        map.insert("classifiers".to_owned(), counts);
-        let breaker = serde_json::to_value(state.breaker.snapshot()).unwrap_or_default();
-        map.insert("worker_breaker".to_owned(), breaker);
-        let auth = match &state.auth {
-            Some(store) => serde_json::to_value(store.snapshot()).unwrap_or_default(),
-            None => json!({"mode": "open"}),
-        };
-        map.insert("auth".to_owned(), auth);
-        if let Some(node) = state.metrics.node() {
-            map.insert("node".to_owned(), node.gather().await.to_json());
-        }
-    }
-    Json(body).into_response()
 }

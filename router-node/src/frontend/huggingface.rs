@@ -17,7 +17,9 @@ use super::split;
 use super::tokenizer::TokenizerLoadError;
 use std::path::Path;
 use std::sync::Arc;
-use tokenizers::{Encoding, NormalizerWrapper, Token};
+use tokenizers::{
+    Encoding, ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior, Token,
+};
 
 /// A HuggingFace tokenizer loaded from a `tokenizer.json`. Cheap to clone.
 #[derive(Clone)]
@@ -27,6 +29,8 @@ pub struct HuggingFaceTokenizer {
     /// As the engine: the ids added before and after a completion's prompt.
     specials: Option<Arc<(Vec<u32>, Vec<u32>)>>,
     splittable: bool,
+    /// The most bytes one token stands for, when that bounds the count ([`longest_token`]).
+    longest: Option<usize>,
 }
 
 impl std::fmt::Debug for HuggingFaceTokenizer {
@@ -35,6 +39,7 @@ impl std::fmt::Debug for HuggingFaceTokenizer {
             .field("describe", &self.describe)
             .field("specials", &self.specials)
             .field("splittable", &self.splittable)
+            .field("longest", &self.longest)
             .finish_non_exhaustive()
     }
 }
@@ -132,11 +137,13 @@ impl HuggingFaceTokenizer {
         specials: Option<Arc<(Vec<u32>, Vec<u32>)>>,
     ) -> Self {
         let splittable = splittable(&inner);
+        let longest = longest_token(&inner);
         Self {
             describe: Arc::from(describe),
             inner: Arc::new(inner),
             specials,
             splittable,
+            longest,
         }
     }
 
@@ -167,6 +174,10 @@ impl HuggingFaceTokenizer {
     pub(super) fn describe(&self) -> String {
         self.describe.to_string()
     }
+
+    pub(super) fn longest_token_bytes(&self) -> Option<usize> {
+        self.longest
+    }
 }
 
 fn load(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerLoadError> {
@@ -181,6 +192,47 @@ fn load(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerLoadError> {
 
 fn encode_plain(inner: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>, tokenizers::Error> {
     Ok(inner.encode_fast(text, false)?.get_ids().to_vec())
+}
+
+/// The most bytes of text one token stands for, when every byte of a text ends up in exactly
+/// one token: a BPE model without fused unknowns, no normalizer (which may fold text), and
+/// pre-tokenizers that drop nothing (`ByteLevel`, `Digits`, a `Split` that keeps its
+/// delimiters). A byte-level token's characters are one byte each; otherwise a token's text
+/// is what it stands for. Added tokens stand for their content. `None` for anything else.
+fn longest_token(inner: &tokenizers::Tokenizer) -> Option<usize> {
+    if inner.get_normalizer().is_some() {
+        return None;
+    }
+    let ModelWrapper::BPE(bpe) = inner.get_model() else {
+        return None;
+    };
+    if bpe.fuse_unk {
+        return None;
+    }
+    let mut byte_level = false;
+    let mut pending: Vec<&PreTokenizerWrapper> = inner.get_pre_tokenizer().into_iter().collect();
+    while let Some(pre) = pending.pop() {
+        match pre {
+            PreTokenizerWrapper::Sequence(seq) => pending.extend(seq.as_ref()),
+            PreTokenizerWrapper::ByteLevel(_) => byte_level = true,
+            PreTokenizerWrapper::Digits(_) => {}
+            PreTokenizerWrapper::Split(split)
+                if split.behavior != SplitDelimiterBehavior::Removed => {}
+            _ => return None,
+        }
+    }
+    let per_token = |token: &str| match byte_level {
+        true => token.chars().count(),
+        false => token.len(),
+    };
+    let model = bpe.get_vocab().keys().map(|t| per_token(t)).max()?;
+    let added = inner
+        .get_added_tokens_decoder()
+        .values()
+        .map(|t| t.content.len())
+        .max()
+        .unwrap_or(0);
+    Some(model.max(added).max(1))
 }
 
 /// Whether cutting text at [`split::is_cut`] boundaries keeps the ids (module docs).

@@ -1,30 +1,38 @@
 //! The OpenAI-compatible HTTP frontend of a router node (axum).
 //!
 //! One request's path: `auth` checks its API key when the node has keys (401 without a
-//! valid one; the key's classes and rates: 403, 429), `handlers` reads the body under a
-//! size limit and `openai` parses it
-//! (prompt, chat messages, `max_tokens`, `stream`) and tokenizes the prompt; `classify` picks
-//! the class once, before any hop (the profile's `[[classifiers]]`, or the `x-policy-class`
-//! header, else the default); the pool's `RouterHandle::route` admits or rejects it;
-//! `proxy` looks up the admitted worker's endpoint in the [`WorkerDirectory`], forwards the
-//! body with `stream: true`, tells the router `prefill_done` at the first upstream chunk and
-//! streams the chunks back (or assembles one JSON body for a non-streaming client). A
+//! valid one; the key's classes and rates: 403, 429), `handlers` reads the body under a size
+//! limit and a read timeout, `openai` parses it (prompt, chat messages, `max_tokens`,
+//! `stream`), `limits` checks it before any work in proportion to its size, then a
+//! concurrency permit is taken and the prompt tokenized; `classify` picks the class once,
+//! before any hop (the profile's `[[classifiers]]`, or the `x-policy-class` header, else the
+//! default); the pool's `RouterHandle::route` admits or rejects it; `proxy` looks up the
+//! admitted worker's endpoint in the [`WorkerDirectory`], forwards the body with
+//! `stream: true`, tells the router `prefill_done` at the first upstream chunk and streams the
+//! chunks back (or assembles one JSON body for a non-streaming client). A
 //! [`proxy::BookingGuard`] owned by the response releases the booking however the request
-//! ends. Every error is a JSON body built in `error`; `/metrics` serves the node's
-//! Prometheus text (`crate::metrics`).
+//! ends, including at the request's deadline. Every error is a JSON body built in `error`.
+//!
+//! Two listeners, each served by `server` under its connection limits: the public one
+//! ([`app`]: the OpenAI API, `/health`, `/ready`) and the admin one ([`admin_app`]:
+//! `/metrics`, the node's Prometheus text from `crate::metrics`, `/debug/state`, `/health`,
+//! `/ready`; optionally behind a bearer token).
 //!
 //! With a paired decode pool ([`AppState::with_decode`]) a request runs a prefill leg and a
 //! decode leg instead (`disagg`).
 //!
-//! Files: `mod.rs` (state, limits, the app and `serve`), `handlers.rs`, `auth.rs` (API
-//! keys: authentication, entitlements, rate limits), `openai.rs`,
-//! `classify.rs` (the request's class from the profile's classifiers), `admit.rs`, `proxy.rs`,
-//! `disagg/`, `error.rs`, `prompter.rs` (the [`Prompter`]: tokenizer and chat rendering),
-//! `tokenizer.rs` (the [`Tokenizer`]), `huggingface.rs` (a `tokenizer.json`), `split.rs`
-//! (long text encoded in parallel pieces), `o200k.rs` (the default encoding without
-//! fancy-regex), `model_dir.rs` (a model directory's tokenizer and
-//! chat template), `chat_template.rs`.
+//! Files: `mod.rs` (state, the apps and `serve`), `limits.rs` (the [`Limits`], the checks
+//! before tokenizing and the request's [`Deadline`]), `server.rs` (a listener's accept loop:
+//! connection cap, header timeout, graceful shutdown), `admin.rs` (the admin app, its token
+//! and the probes), `auth.rs` (API keys: authentication, entitlements, rate limits),
+//! `handlers.rs`, `openai.rs`, `classify.rs` (the request's class from the profile's
+//! classifiers), `admit.rs`, `proxy.rs`, `disagg/`, `error.rs`, `prompter.rs` (the
+//! [`Prompter`]: tokenizer and chat rendering), `tokenizer.rs` (the [`Tokenizer`]),
+//! `huggingface.rs` (a `tokenizer.json`), `split.rs` (long text encoded in parallel pieces),
+//! `o200k.rs` (the default encoding without fancy-regex), `model_dir.rs` (a model directory's
+//! tokenizer and chat template), `chat_template.rs`.
 
+mod admin;
 mod admit;
 mod assemble;
 mod auth;
@@ -35,15 +43,18 @@ mod disagg;
 mod error;
 mod handlers;
 mod huggingface;
+mod limits;
 mod model_dir;
 mod o200k;
 mod openai;
 mod prompter;
 mod proxy;
+mod server;
 mod split;
 mod tokenizer;
 
 pub use crate::metrics::Metrics;
+pub use admin::{AdminToken, admin_app};
 #[cfg(test)]
 pub(crate) use assemble::SseAssembler;
 pub use chat_template::{ChatTemplate, ChatTemplateError};
@@ -52,24 +63,24 @@ pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
+pub use limits::{Deadline, Limits, longest_run};
 pub use model_dir::ModelDirError;
 pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
 pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
 pub use proxy::BookingGuard;
+pub use server::{ConnectionLimits, serve_app};
 pub use split::{SPLIT_MIN_BYTES, pieces};
 pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
 
 use crate::auth::KeyStore;
 use axum::Router;
 use axum::routing::{get, post};
-use axum::serve::{ListenerExt as _, TapIo};
 use router_actors::{Liveness, RouterHandle};
 use router_core::{PolicyProfile, WorkerId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 /// Where each worker's OpenAI API lives. The worker registry actor implements it; tests use
@@ -96,52 +107,6 @@ impl WorkerDirectory for StaticDirectory {
 
     fn workers(&self) -> Option<Vec<WorkerId>> {
         Some(self.0.keys().copied().collect())
-    }
-}
-
-/// The frontend's bounds. Every one of them is enforced; none is unlimited.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// OpenAI requests handled at once (parsing, waiting for admission or streaming);
-    /// one more is a 429 `frontend_saturated`.
-    pub max_concurrent_requests: usize,
-    /// Largest accepted request body; a larger one is a 413.
-    pub max_body_bytes: usize,
-    /// Output tokens assumed when a request gives no `max_tokens`.
-    pub default_max_tokens: u64,
-    /// `max_tokens` above this is booked as this many tokens (the worker still sees the
-    /// request's own value).
-    pub max_expected_output_tokens: u64,
-    /// Largest assembled body for a non-streaming client; beyond it the request is a 502.
-    pub max_response_bytes: usize,
-    /// Connecting to a worker.
-    pub connect_timeout: Duration,
-    /// Longest silence between two upstream reads (including before the first chunk).
-    pub read_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_concurrent_requests: 4096,
-            max_body_bytes: 4 * 1024 * 1024,
-            default_max_tokens: 256,
-            max_expected_output_tokens: 32_768,
-            max_response_bytes: 16 * 1024 * 1024,
-            connect_timeout: Duration::from_secs(2),
-            read_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-impl Limits {
-    /// An HTTP client for the upstream workers under these limits (no TLS, HTTP/1 and h2).
-    pub fn http_client(&self) -> reqwest::Result<reqwest::Client> {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .read_timeout(self.read_timeout)
-            .pool_max_idle_per_host(64)
-            .build()
     }
 }
 
@@ -289,43 +254,72 @@ impl AppState {
     }
 }
 
-/// The frontend's routes over `state` (shared behind one `Arc`: each request clones a
-/// pointer, not the state's dozen handles).
+/// The public listener's routes over `state` (shared behind one `Arc`: each request clones
+/// a pointer, not the state's dozen handles): the OpenAI API, `/health` and `/ready`. The
+/// operational endpoints are on the admin listener ([`admin_app`]).
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/v1/models", get(handlers::models))
-        .route("/health", get(handlers::health))
-        .route("/ready", get(handlers::ready))
-        .route("/metrics", get(handlers::metrics))
-        .route("/debug/state", get(handlers::debug_state))
+        .route("/health", get(admin::health))
+        .route("/ready", get(admin::ready))
         .with_state(Arc::new(state))
 }
 
-/// `listener` with `TCP_NODELAY` set on every accepted connection. Responses go out in
-/// small writes (SSE events, a streamed body after its headers); with Nagle's algorithm on,
-/// each write after the first waits for the peer's delayed ACK (~40 ms on Linux).
-pub fn nodelay(listener: TcpListener) -> TapIo<TcpListener, fn(&mut TcpStream)> {
-    fn set(stream: &mut TcpStream) {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-        }
+/// The public listener's connection limits from `limits`.
+pub fn public_connection_limits(limits: &Limits) -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: limits.max_connections,
+        header_read_timeout: limits.header_read_timeout,
     }
-    listener.tap_io(set as fn(&mut TcpStream))
 }
 
-/// Serves the frontend on an already-bound listener until `shutdown` resolves, then drains
-/// open connections. The tokenizer is built in the background as serving starts.
+/// The admin listener's connection limits: a few connections (Prometheus, probes, an
+/// operator), headers as promptly as on the public one.
+pub fn admin_connection_limits(limits: &Limits) -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        header_read_timeout: limits.header_read_timeout,
+    }
+}
+
+/// Connections open at once on the admin listener.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// Serves the public app ([`app`]) on an already-bound listener until `shutdown` resolves,
+/// then drains open connections. The tokenizer is built in the background as serving
+/// starts.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     tokio::spawn(state.prompter.clone().warm());
-    axum::serve(nodelay(listener), app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = public_connection_limits(&state.limits);
+    let metrics = Arc::clone(&state.metrics);
+    serve_app(listener, app(state), limits, metrics, "public", shutdown).await
+}
+
+/// Serves the admin app ([`admin_app`], behind `token` when given) on an already-bound
+/// listener until `shutdown` resolves.
+pub async fn serve_admin(
+    listener: TcpListener,
+    state: AppState,
+    token: Option<AdminToken>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = admin_connection_limits(&state.limits);
+    let metrics = Arc::clone(&state.metrics);
+    serve_app(
+        listener,
+        admin_app(state, token),
+        limits,
+        metrics,
+        "admin",
+        shutdown,
+    )
+    .await
 }
 
 #[cfg(test)]

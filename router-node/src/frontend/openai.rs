@@ -18,6 +18,7 @@
 //! the defaults; a [`super::Prompter`] applies the configured choice.
 
 use super::error::ApiError;
+use super::limits::Deadline;
 use serde_json::{Map, Value};
 
 /// Which OpenAI route a request came in on (and goes out to).
@@ -64,6 +65,9 @@ pub struct ParsedRequest {
     pub prompt: PromptInput,
     /// The body as received.
     pub body: Map<String, Value>,
+    /// When the request must be finished (set by the handler; `None`: no deadline). A
+    /// stream still running then is ended with an error event (`proxy.rs`).
+    pub deadline: Option<Deadline>,
 }
 
 impl ParsedRequest {
@@ -114,6 +118,7 @@ impl ParsedRequest {
             max_tokens,
             prompt,
             body,
+            deadline: None,
         })
     }
 

@@ -5,7 +5,8 @@
 //! the first token: `prefill_done` is sent at the first non-empty upstream chunk. The
 //! response headers wait for that first chunk, so a worker that fails before answering
 //! is a clean 502. A streaming client then gets the worker's SSE bytes as they arrive; a
-//! break mid-stream ends the stream with one `data: {"error": ..}` event. A non-streaming
+//! break mid-stream, or the request's deadline, ends the stream with one
+//! `data: {"error": ..}` event. A non-streaming
 //! client gets one JSON body assembled from the chunks (`assemble.rs`). Every chunk read
 //! from the worker also goes to the request's [`RequestObserver`] (time to first token,
 //! inter-token gaps, tokens), and every leg is counted against its worker
@@ -24,7 +25,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 use router_actors::RouterHandle;
 use router_core::{RequestId, WorkerId};
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
@@ -220,6 +223,9 @@ async fn forward_leg(
             guard: Some(guard),
             target,
             observer: observer.hand_over(),
+            deadline: request
+                .deadline
+                .map(|d| (Box::pin(tokio::time::sleep_until(d.at)), d.limit)),
             _leg: leg,
         };
         Ok(relay.into_response())
@@ -271,16 +277,25 @@ pub(super) fn broken(worker: WorkerId, e: &reqwest::Error) -> ApiError {
 
 /// The streaming response: the first chunk, then the rest of the worker's bytes as they
 /// come. It owns the guard and the request's observer; the guard is dropped when the stream
-/// ends or breaks, or when the client goes away and the server drops the body (the observer
-/// then records the request as cancelled).
+/// ends or breaks, when the request's deadline passes (the stream then ends with one error
+/// event), or when the client goes away and the server drops the body (the observer then
+/// records the request as cancelled).
 struct Relay {
     first: Option<Bytes>,
     upstream: Upstream,
     guard: Option<BookingGuard>,
     target: Target,
     observer: RequestObserver,
+    /// The request's deadline and the limit it came from.
+    deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
     /// The `worker.leg` span, closed when the stream ends.
     _leg: tracing::Span,
+}
+
+/// What the relay read next: a chunk, an error, the end, or nothing before the deadline.
+enum Next {
+    Read(Option<reqwest::Result<Bytes>>),
+    Deadline(Duration),
 }
 
 impl Relay {
@@ -290,7 +305,29 @@ impl Relay {
                 return Some((Ok::<Bytes, Infallible>(first), r));
             }
             let guard = r.guard.as_mut()?;
-            match r.upstream.next().await {
+            let next = match r.deadline.as_mut() {
+                // The deadline first: a worker streaming without pause cannot outrun it.
+                Some((sleep, limit)) => tokio::select! {
+                    biased;
+                    () = sleep.as_mut() => Next::Deadline(*limit),
+                    read = r.upstream.next() => Next::Read(read),
+                },
+                None => Next::Read(r.upstream.next().await),
+            };
+            let read = match next {
+                Next::Read(read) => read,
+                Next::Deadline(limit) => {
+                    let class = r.observer.class_name().to_owned();
+                    let err = ApiError::request_timeout(limit).class(Some(class.clone()));
+                    guard.metrics.rejection(&class, err.reason);
+                    r.observer.finish(RequestOutcome::Error);
+                    // The booking is released now; the stream ends after this event.
+                    r.guard = None;
+                    let event = format!("data: {}\n\n", err.body_json());
+                    return Some((Ok(Bytes::from(event)), r));
+                }
+            };
+            match read {
                 Some(Ok(chunk)) => {
                     guard.prefill_done();
                     r.observer.chunk(&chunk);

@@ -20,6 +20,7 @@ use super::o200k;
 use super::openai::byte_pieces;
 use super::split;
 use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Per tiktoken encoding (by discriminant): built yet?
@@ -29,6 +30,12 @@ static BUILT: [AtomicBool; 4] = [
     AtomicBool::new(false),
     AtomicBool::new(false),
 ];
+
+/// Per tiktoken encoding (by discriminant): the most bytes one token stands for, once known.
+static LONGEST: [OnceLock<usize>; 4] = [const { OnceLock::new() }; 4];
+
+/// Every rank of the encodings built into tiktoken-rs is below this (o200k_base: 200,019).
+const RANK_SPACE: u32 = 1 << 18;
 
 /// The encodings built into tiktoken-rs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +76,24 @@ impl TiktokenEncoding {
     /// Whether the encoder is built already (then encoding short text takes microseconds).
     fn built(self) -> bool {
         BUILT[self as usize].load(Ordering::Acquire)
+    }
+
+    /// The most bytes one token stands for (128 for each built-in encoding): computed from
+    /// the vocabulary by [`Self::learn_longest_token`]; `None` until then.
+    fn longest_token_bytes(self) -> Option<usize> {
+        LONGEST[self as usize].get().copied()
+    }
+
+    /// Reads the vocabulary for [`Self::longest_token_bytes`] (a fraction of a second).
+    fn learn_longest_token(self) {
+        LONGEST[self as usize].get_or_init(|| {
+            let core = self.build();
+            (0..RANK_SPACE)
+                .filter_map(|rank| core.decode_bytes(&[rank]).ok())
+                .map(|bytes| bytes.len())
+                .max()
+                .unwrap_or(1)
+        });
     }
 
     fn build(self) -> &'static tiktoken_rs::CoreBPE {
@@ -169,10 +194,24 @@ impl Tokenizer {
         }
     }
 
-    /// Builds anything built lazily (the tiktoken tables).
-    pub(super) fn warm(&self) {
+    /// The most bytes of text one token stands for, when this tokenizer turns every byte
+    /// of a text into part of exactly one token: a text of `n` bytes then has at least
+    /// `ceil(n / this)` tokens (`limits.rs`). tiktoken: from its vocabulary, once
+    /// [`Self::warm`] has read it (`None` before); a HuggingFace tokenizer: only for a
+    /// byte-level BPE without a normalizer (`huggingface.rs`).
+    pub fn longest_token_bytes(&self) -> Option<usize> {
+        match self {
+            Self::Tiktoken(encoding) => encoding.longest_token_bytes(),
+            Self::HuggingFace(hf) => hf.longest_token_bytes(),
+        }
+    }
+
+    /// Builds anything built lazily (the tiktoken tables and their longest token); a
+    /// fraction of a second, on the calling thread.
+    pub fn warm(&self) {
         if let Self::Tiktoken(encoding) = self {
             let _ = encoding.encode("");
+            encoding.learn_longest_token();
         }
     }
 

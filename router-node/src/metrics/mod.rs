@@ -1,5 +1,5 @@
-//! The node's Prometheus metrics (prometheus-client), served as text at the frontend's
-//! `/metrics`: the frontend's own families, recorded as requests go, and the node's actors'
+//! The node's Prometheus metrics (prometheus-client), served as text at the admin
+//! listener's `/metrics`: the frontend's own families, recorded as requests go, and the node's actors'
 //! state, observed at each scrape. Every family, with its labels and what it counts, is in
 //! `docs/metrics.md` (a system test compares that table with a live `/metrics`).
 //!
@@ -15,8 +15,8 @@
 //! classifiers, a body or parse error or a refusal), `rule` a configured classifier rule (or
 //! `none`), `endpoint` is one of the two OpenAI routes, `reason` is a fixed label from
 //! `ApiError` / `RejectReason::label()`, `outcome` one of five words, `pool` one of three,
-//! `worker`/`dp_rank` the registered workers' ranks, `key` an API key's name from the keys
-//! file (or `none`). No request ids, no keys.
+//! `listener` one of two, `worker`/`dp_rank` the registered workers' ranks, `key` an API
+//! key's name from the keys file (or `none`). No request ids, no keys.
 //!
 //! With a node attached ([`Metrics::with_node`]), every scrape also observes the node's
 //! actors (`scrape.rs`) and renders their families fresh each time (a worker or class that
@@ -75,6 +75,13 @@ fn class_label(class: &str) -> Vec<(&'static str, String)> {
     vec![("class", class.to_owned())]
 }
 
+/// The node's listeners (the `listener` label).
+const LISTENERS: [&str; 2] = ["public", "admin"];
+
+fn listener_label(listener: &str) -> Vec<(&'static str, String)> {
+    vec![("listener", listener.to_owned())]
+}
+
 fn worker_labels(pool: &'static str, worker: WorkerId) -> Vec<(&'static str, String)> {
     vec![("pool", pool.to_owned()), ("worker", worker.0.to_string())]
 }
@@ -84,6 +91,10 @@ impl Metrics {
         let mut registry = Registry::with_prefix("switchyard");
         let http = HttpFamilies::register(&mut registry);
         let auth = AuthFamilies::register(&mut registry);
+        for listener in LISTENERS {
+            // Present at 0 from the start.
+            drop(http.connections.get_or_create(&listener_label(listener)));
+        }
         Self {
             registry,
             http,
@@ -129,6 +140,39 @@ impl Metrics {
                 ("reason", reason.to_owned()),
             ])
             .inc();
+    }
+
+    /// A connection or request refused on `listener` before reaching a handler, by `reason`
+    /// (`connection_limit`: the listener stopped accepting at `max_connections`;
+    /// `unauthorized`: an admin request without the token).
+    pub fn refused(&self, listener: &'static str, reason: &'static str) {
+        let mut labels = listener_label(listener);
+        labels.push(("reason", reason.to_owned()));
+        self.http.refused.get_or_create(&labels).inc();
+    }
+
+    /// A connection accepted on `listener`.
+    pub fn connection_opened(&self, listener: &'static str) {
+        self.http
+            .connections
+            .get_or_create(&listener_label(listener))
+            .inc();
+    }
+
+    /// A connection of `listener` closed.
+    pub fn connection_closed(&self, listener: &'static str) {
+        self.http
+            .connections
+            .get_or_create(&listener_label(listener))
+            .dec();
+    }
+
+    /// Connections open on `listener` now.
+    pub fn connections(&self, listener: &'static str) -> i64 {
+        self.http
+            .connections
+            .get_or_create(&listener_label(listener))
+            .get()
     }
 
     /// A request placed again on another worker after its worker refused the connection.

@@ -10,7 +10,7 @@ use router_actors::wire::{Subjects, WorkerAnnounce};
 use router_actors::{Node, NodeConfig, PeerSyncConfig, RouterHandle, Topology, WorkerLink};
 use router_core::ledger::LedgerSnapshot;
 use router_core::{PolicyProfile, PoolRole, RouterId, WorkerId, WorkerSpec};
-use router_node::frontend::{AppState, Limits, StaticDirectory, serve};
+use router_node::frontend::{AppState, Limits, StaticDirectory, serve, serve_admin};
 use router_sim::Role;
 use router_sim::{SimConfig, SimWorker};
 use serde_json::{Value, json};
@@ -48,11 +48,15 @@ pub(crate) struct Fleet {
 
 pub(crate) struct Frontend {
     pub(crate) url: String,
+    /// The admin listener (`/metrics`, `/debug/state`; read by `classifiers.rs`).
+    #[allow(dead_code)]
+    pub(crate) admin_url: String,
     pub(crate) state: AppState,
     pub(crate) prefill: RouterHandle,
     pub(crate) decode: RouterHandle,
     pub(crate) http: reqwest::Client,
     pub(crate) _stop: oneshot::Sender<()>,
+    pub(crate) _stop_admin: oneshot::Sender<()>,
     pub(crate) _fleet: Fleet,
 }
 
@@ -178,17 +182,25 @@ impl Fleet {
         .with_convention(super::CONVENTION);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_url = format!("http://{}", admin.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
+        let (stop_admin, admin_stopped) = oneshot::channel::<()>();
         tokio::spawn(serve(listener, state.clone(), async {
             let _ = stopped.await;
         }));
+        tokio::spawn(serve_admin(admin, state.clone(), None, async {
+            let _ = admin_stopped.await;
+        }));
         Frontend {
             url,
+            admin_url,
             state,
             prefill,
             decode,
             http: reqwest::Client::new(),
             _stop: stop,
+            _stop_admin: stop_admin,
             _fleet: self,
         }
     }

@@ -1,7 +1,7 @@
 //! Test harness for the HTTP frontend: a stand-in OpenAI worker (it plays a GPU engine:
 //! streams N SSE chunks with a delay before each, then `data: [DONE]`, and records what it
-//! was sent), and a node (a real RouterActor over a real PoolRouter, the frontend on
-//! 127.0.0.1:0) with a reqwest client pointed at it.
+//! was sent), and a node (a real RouterActor over a real PoolRouter, the frontend's public
+//! and admin listeners on 127.0.0.1:0) with a reqwest client pointed at it.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -17,7 +17,7 @@ use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig, WorkerId,
     WorkerSpec,
 };
-use router_node::frontend::{AppState, Limits, Prompter, StaticDirectory, serve};
+use router_node::frontend::{AppState, Limits, Prompter, StaticDirectory, serve, serve_admin};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,8 @@ pub enum Fault {
     Status(u16),
     /// Breaks the connection after this many chunks.
     BreakAfter(usize),
+    /// Sends this many chunks, then nothing more (keeps the connection open).
+    StallAfter(usize),
 }
 
 #[derive(Clone)]
@@ -145,6 +147,9 @@ async fn stream_chunks(
         if fault == Fault::BreakAfter(i) {
             return Err(std::io::Error::other("engine crashed"));
         }
+        if fault == Fault::StallAfter(i) {
+            futures::future::pending::<()>().await;
+        }
         let event = if i == state.chunks {
             "data: [DONE]\n\n".to_owned()
         } else if chat {
@@ -162,12 +167,16 @@ async fn stream_chunks(
 }
 
 pub struct Node {
+    /// The public listener: the OpenAI API, `/health`, `/ready`.
     pub url: String,
+    /// The admin listener: `/metrics`, `/debug/state`, `/health`, `/ready`.
+    pub admin_url: String,
     pub router: RouterHandle,
     pub state: AppState,
     pub http: reqwest::Client,
     pub ready: watch::Sender<bool>,
     _stop: oneshot::Sender<()>,
+    _stop_admin: oneshot::Sender<()>,
 }
 
 /// A simulated engine (`worker --sim`, id 1) at `speedup`, on 127.0.0.1:0 and a bus of its
@@ -255,17 +264,25 @@ pub async fn spawn_node_tuned(
     let state = tune(state);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_url = format!("http://{}", admin.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
+    let (stop_admin, admin_stopped) = oneshot::channel::<()>();
     tokio::spawn(serve(listener, state.clone(), async {
         let _ = stopped.await;
     }));
+    tokio::spawn(serve_admin(admin, state.clone(), None, async {
+        let _ = admin_stopped.await;
+    }));
     Node {
         url,
+        admin_url,
         router,
         state,
         http: reqwest::Client::new(),
         ready,
         _stop: stop,
+        _stop_admin: stop_admin,
     }
 }
 
@@ -282,6 +299,15 @@ impl Node {
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.http
             .get(format!("{}{}", self.url, path))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// GET `path` on the admin listener (`/metrics`, `/debug/state`).
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{}", self.admin_url, path))
             .send()
             .await
             .unwrap()

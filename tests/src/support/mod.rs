@@ -34,7 +34,7 @@ pub mod vllm;
 pub use cluster::{Cluster, ClusterBuilder, ClusterWorker, Role};
 pub use haproxy::{Haproxy, HaproxyConfig};
 pub use phoenix::Phoenix;
-pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, SimWorker, Stopped};
+pub use process::{LinkSidecar, NodeBus, Proc, RouterNode, Serving, SimWorker, Stopped};
 pub use router_actors::testkit::NatsServer;
 pub use vllm::VllmEngine;
 

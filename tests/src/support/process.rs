@@ -1,7 +1,8 @@
 //! Long-running `router-node` processes of a test: a node (`serve`) and a simulated worker
 //! (`worker --sim`); [`Proc`] runs any other program too (HAProxy). Each node and worker
 //! binds port 0 and reports the address it got (the node in its JSON log line "serving the
-//! OpenAI API", the worker on its first stdout line), so tests never race for a free port.
+//! OpenAI API": `listen`, and `admin` for its admin listener; the worker on its first stdout
+//! line), so tests never race for a free port.
 //! Their output is collected for the assertion messages; dropping one kills it,
 //! [`Proc::stop`] sends SIGTERM and waits for a clean exit.
 
@@ -210,11 +211,21 @@ pub enum NodeBus {
     Nats(String),
 }
 
+/// Where a `serve` process listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    /// The public listener: `http://host:port` (the OpenAI API, `/health`, `/ready`).
+    pub url: String,
+    /// The admin listener: `http://host:port` (`/metrics`, `/debug/state`).
+    pub admin_url: String,
+}
+
 /// A `router-node serve` process.
 #[derive(Debug)]
 pub struct RouterNode {
     proc: Proc,
     url: String,
+    admin_url: String,
     config: PathBuf,
     /// Environment variables it was started with (kept for a restart).
     env: Vec<(String, String)>,
@@ -222,9 +233,10 @@ pub struct RouterNode {
 }
 
 impl RouterNode {
-    /// Starts a node of `cluster` on `bus`, serving on 127.0.0.1 on a port of its own, with
-    /// JSON logs. `extra` is appended to its config file (any table but `[node]`, `[http]`,
-    /// `[bus]` and `[telemetry]`, which this writes). Returns once it serves HTTP.
+    /// Starts a node of `cluster` on `bus`, serving on 127.0.0.1 on ports of its own (the
+    /// public and the admin listener), with JSON logs. `extra` is appended to its config file
+    /// (any table but `[node]`, `[http]`, `[admin]`, `[bus]` and `[telemetry]`, which this
+    /// writes). Returns once it serves HTTP.
     pub fn start(name: &str, cluster: &str, bus: &NodeBus, extra: &str) -> Self {
         Self::start_with_node(name, cluster, bus, "", extra)
     }
@@ -271,66 +283,80 @@ impl RouterNode {
             "node.toml",
             &format!(
                 "[node]\ncluster = \"{cluster}\"\n{node_extra}\n\n[http]\nlisten = \"127.0.0.1:0\"\n\
-                 drain_timeout_ms = 10000\n{http_extra}\n\n[bus]\n{bus}\n\n[telemetry]\n\
-                 log_format = \"json\"\n\n{extra}\n"
+                 drain_timeout_ms = 10000\n{http_extra}\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\n\
+                 [bus]\n{bus}\n\n[telemetry]\nlog_format = \"json\"\n\n{extra}\n"
             ),
         );
-        let (proc, url) = Self::serve(name, &config, env);
+        let (proc, serving) = Self::serve(name, &config, env);
         Self {
             proc,
-            url,
+            url: serving.url,
+            admin_url: serving.admin_url,
             config,
             env: env.to_vec(),
             _dir: dir,
         }
     }
 
-    /// Runs `serve --config <config>` and waits for the address it serves on.
-    fn serve(name: &str, config: &Path, env: &[(String, String)]) -> (Proc, String) {
+    /// Runs `serve --config <config>` and waits for the addresses it serves on.
+    fn serve(name: &str, config: &Path, env: &[(String, String)]) -> (Proc, Serving) {
         let config_arg = config.to_string_lossy().into_owned();
         let mut proc = Proc::spawn_with_env(name, &["serve", "--config", &config_arg], env);
-        let url = Self::wait_serving(&mut proc);
-        (proc, url)
+        let serving = Self::wait_serving(&mut proc);
+        (proc, serving)
     }
 
-    /// Waits until a `serve` process with JSON logs says where it serves the OpenAI API, and
-    /// returns that as `http://host:port`.
-    pub fn wait_serving(proc: &mut Proc) -> String {
-        let listen = proc.wait_for(START_TIMEOUT, |line| {
+    /// Waits until a `serve` process with JSON logs says where it serves the OpenAI API and
+    /// its admin endpoints (one log line), and returns both as `http://host:port`.
+    pub fn wait_serving(proc: &mut Proc) -> Serving {
+        let (listen, admin) = proc.wait_for(START_TIMEOUT, |line| {
             let event: serde_json::Value = serde_json::from_str(line).ok()?;
             let fields = &event["fields"];
-            (fields["message"] == "serving the OpenAI API")
-                .then(|| fields["listen"].as_str().map(str::to_owned))
-                .flatten()
+            if fields["message"] != "serving the OpenAI API" {
+                return None;
+            }
+            let listen = fields["listen"].as_str()?.to_owned();
+            let admin = fields["admin"].as_str()?.to_owned();
+            Some((listen, admin))
         });
-        format!("http://{listen}")
+        Serving {
+            url: format!("http://{listen}"),
+            admin_url: format!("http://{admin}"),
+        }
     }
 
     /// A rolling restart of this replica: SIGTERM (it drains), then the same configuration
-    /// started again on the same address. Returns the old process's exit and the new node.
+    /// started again on the same addresses (public and admin, as a scraper expects). Returns
+    /// the old process's exit and the new node.
     pub fn restart(self, name: &str) -> (Stopped, Self) {
         let Self {
             proc,
             url,
+            admin_url,
             config,
             env,
             _dir,
         } = self;
         let stopped = proc.stop();
-        let address = url.trim_start_matches("http://").to_owned();
         let text = std::fs::read_to_string(&config).expect("the node's config file");
-        let pinned = text.replacen(
-            "listen = \"127.0.0.1:0\"",
-            &format!("listen = \"{address}\""),
-            1,
-        );
+        // The first `listen` is `[http]`'s, the second `[admin]`'s.
+        let mut pinned = text;
+        for address in [&url, &admin_url] {
+            let address = address.trim_start_matches("http://");
+            pinned = pinned.replacen(
+                "listen = \"127.0.0.1:0\"",
+                &format!("listen = \"{address}\""),
+                1,
+            );
+        }
         std::fs::write(&config, pinned).expect("the node's config file is writable");
-        let (proc, url) = Self::serve(name, &config, &env);
+        let (proc, serving) = Self::serve(name, &config, &env);
         (
             stopped,
             Self {
                 proc,
-                url,
+                url: serving.url,
+                admin_url: serving.admin_url,
                 config,
                 env,
                 _dir,
@@ -338,9 +364,14 @@ impl RouterNode {
         )
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// The public listener, `http://127.0.0.1:<port>`: the OpenAI API, `/health`, `/ready`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The admin listener, `http://127.0.0.1:<port>`: `/metrics`, `/debug/state`.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
     }
 
     /// The config file it was started with.

@@ -6,12 +6,14 @@
 //! by the same speedup) behind the OpenAI frontend on `--listen`, then the built-in workload
 //! (`workload::generate`: shared system prompts, two classes, an overload phase) sent by
 //! real streaming HTTP clients with `x-policy-class` to that endpoint (`load`). After the
-//! load: the router's `/debug/state` must show an idle ledger and an empty queue, the
+//! load: the router's `/debug/state` (on the node's admin listener, `--admin-listen`) must
+//! show an idle ledger and an empty queue, the
 //! engines' counters give the prefix-cache hit rate, and the summary (`report`) is printed.
 //! With `--once` everything stops; otherwise the node keeps serving until Ctrl-C.
 //!
 //! The node is assembled from the same parts as `router_node::serve` (`Config::node_config`,
-//! `Node::start`, `AppState`, [`RegistryDirectory`], `frontend::serve`); only the policy
+//! `Node::start`, `AppState`, [`RegistryDirectory`], `frontend::serve` and
+//! `frontend::serve_admin`); only the policy
 //! profile comes from memory instead of a file.
 
 mod load;
@@ -60,6 +62,8 @@ pub struct HttpOptions {
     pub requests: u32,
     pub seed: u64,
     pub listen: SocketAddr,
+    /// Where the node serves `/metrics` and `/debug/state` (port 0: any free port).
+    pub admin_listen: SocketAddr,
     pub once: bool,
     pub json: bool,
 }
@@ -108,17 +112,21 @@ struct Fleet {
     node: Node,
     stop: oneshot::Sender<()>,
     server: JoinHandle<std::io::Result<()>>,
+    stop_admin: oneshot::Sender<()>,
+    admin: JoinHandle<std::io::Result<()>>,
 }
 
 impl Fleet {
     async fn shutdown(self) {
         let _ = self.stop.send(());
-        let mut server = self.server;
-        if tokio::time::timeout(STOP_TIMEOUT, &mut server)
-            .await
-            .is_err()
-        {
-            server.abort();
+        let _ = self.stop_admin.send(());
+        for mut server in [self.server, self.admin] {
+            if tokio::time::timeout(STOP_TIMEOUT, &mut server)
+                .await
+                .is_err()
+            {
+                server.abort();
+            }
         }
         self.node.shutdown().await;
         for worker in self.workers {
@@ -135,6 +143,13 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         .local_addr()
         .map_err(|e| format!("cannot read the listener's address: {e}"))?;
     let url = format!("http://{local}");
+    let admin_listener = TcpListener::bind(opts.admin_listen)
+        .await
+        .map_err(|e| format!("--admin-listen {}: cannot bind: {e}", opts.admin_listen))?;
+    let admin_url = admin_listener
+        .local_addr()
+        .map(|a| format!("http://{a}"))
+        .map_err(|e| format!("cannot read the admin listener's address: {e}"))?;
     let profile =
         workload::profile_scaled(SPEEDUP).map_err(|e| format!("built-in profile: {e}"))?;
     let class_names: Vec<String> = profile.classes().iter().map(|c| c.name.clone()).collect();
@@ -204,6 +219,15 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         None => state,
     };
     let (stop, stopped) = oneshot::channel::<()>();
+    let (stop_admin, admin_stopped) = oneshot::channel::<()>();
+    let admin = tokio::spawn(frontend::serve_admin(
+        admin_listener,
+        state.clone(),
+        None,
+        async {
+            let _ = admin_stopped.await;
+        },
+    ));
     let server = tokio::spawn(frontend::serve(listener, state, async {
         let _ = stopped.await;
     }));
@@ -212,8 +236,14 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         node,
         stop,
         server,
+        stop_admin,
+        admin,
     };
-    let result = drive(opts, &fleet, &url, &class_names).await;
+    let urls = Urls {
+        api: url.clone(),
+        admin: admin_url.clone(),
+    };
+    let result = drive(opts, &fleet, &urls, &class_names).await;
     let report = match result {
         Ok(report) => report,
         Err(e) => {
@@ -239,11 +269,12 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
     }
     if !opts.once {
         let hint = format!(
-            "\nThe node keeps serving the OpenAI API at {url} (Ctrl-C to stop). Try:\n  \
+            "\nThe node keeps serving the OpenAI API at {url} (Ctrl-C to stop), and \
+             /metrics and /debug/state at {admin_url}. Try:\n  \
              curl -sN {url}/v1/completions -H 'content-type: application/json' \
              -H 'x-policy-class: interactive' \
              -d '{{\"model\":\"{model}\",\"prompt\":\"hello\",\"max_tokens\":8,\"stream\":true}}'\n  \
-             curl -s {url}/debug/state\n",
+             curl -s {admin_url}/debug/state\n",
             model = load::MODEL
         );
         // Keep stdout parseable as JSON.
@@ -279,13 +310,20 @@ fn node_config(cluster: &str, local: SocketAddr, disagg: bool) -> Result<Config,
     Ok(config)
 }
 
+/// Where the node serves: the OpenAI API, and the admin endpoints.
+struct Urls {
+    api: String,
+    admin: String,
+}
+
 /// Waits for the fleet, sends the workload, checks the ledger and builds the report.
 async fn drive(
     opts: &HttpOptions,
     fleet: &Fleet,
-    url: &str,
+    urls: &Urls,
     class_names: &[String],
 ) -> Result<HttpReport, String> {
+    let url = urls.api.as_str();
     let engines = if opts.disagg {
         opts.workers * 2
     } else {
@@ -309,7 +347,7 @@ async fn drive(
     let started = Instant::now();
     let finished = load::run(url, specs, SPEEDUP).await?;
     let wall = started.elapsed();
-    let (mut idle, state) = wait_idle(&client, url).await?;
+    let (mut idle, state) = wait_idle(&client, &urls.admin).await?;
     // `/debug/state` shows the admitting pool; a decode pool must end idle too.
     if let Some(decode) = fleet.node.router(PoolRole::Decode) {
         idle &= decode_idle(decode).await;
@@ -382,8 +420,8 @@ async fn decode_idle(decode: &router_actors::RouterHandle) -> bool {
     false
 }
 
-/// Polls `/debug/state` until the router's ledger and queue are empty (or the timeout);
-/// returns whether they were and the last state read.
+/// Polls `/debug/state` on the admin listener at `url` until the router's ledger and queue
+/// are empty (or the timeout); returns whether they were and the last state read.
 async fn wait_idle(client: &reqwest::Client, url: &str) -> Result<(bool, Value), String> {
     let deadline = Instant::now() + IDLE_TIMEOUT;
     loop {

@@ -62,29 +62,27 @@
 //!    same bootstrap room; a prefill worker that refuses it cancels the decode leg already
 //!    sent, and both legs are placed again with that prefill worker left out.
 
+mod prefill;
 mod retry;
 mod sglang;
 
+use prefill::prefill_leg;
+pub(super) use prefill::{one_token_body, prefill_answer, prefill_call, prefill_span};
+
 use super::AppState;
 use super::admit::{Class, admit, route_request};
-use super::error::{ApiError, Stage};
+use super::error::ApiError;
 use super::openai::ParsedRequest;
-use super::proxy::{
-    BookingGuard, Target, UPSTREAM_CONNECT, forward, upstream_status, with_trace_context,
-    worker_failed,
-};
+use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
 use crate::metrics::RequestObserver;
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
-use futures::StreamExt;
 use retry::{PREFILL_CONNECT, Placements};
 use router_actors::RouterHandle;
 use router_core::{Phase, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
-use std::future::Future;
+use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::Instrument as _;
 
 /// How the prefill and decode legs of a disaggregated request meet (`[disagg] convention`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -310,14 +308,6 @@ pub(super) fn decode_target(worker: WorkerId) -> Target {
     }
 }
 
-/// A prefill leg's target.
-fn prefill_target(worker: WorkerId) -> Target {
-    Target {
-        worker,
-        pool: "prefill",
-    }
-}
-
 /// What both legs of one request share: the client's request, its prompt tokens, its
 /// class and headers.
 pub(super) struct Legs<'a> {
@@ -338,172 +328,6 @@ impl Legs<'_> {
             self.tokens.clone(),
             self.request.max_tokens,
         )
-    }
-}
-
-/// The prefill worker's body: the client's, non-streaming, one output token, asking the
-/// worker to keep the KV for a remote decode.
-fn prefill_body(request: &ParsedRequest) -> Vec<u8> {
-    let mut body = one_token_body(request);
-    body.insert(KV_TRANSFER.to_owned(), json!({"do_remote_decode": true}));
-    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
-}
-
-/// The client's body, non-streaming, one output token.
-pub(super) fn one_token_body(request: &ParsedRequest) -> Map<String, Value> {
-    let mut body = request.body.clone();
-    body.insert("stream".to_owned(), Value::Bool(false));
-    body.remove("stream_options");
-    body.insert("max_tokens".to_owned(), json!(1));
-    if body.contains_key("max_completion_tokens") {
-        body.insert("max_completion_tokens".to_owned(), json!(1));
-    }
-    body
-}
-
-/// Sends the prefill leg to `worker` and returns its `kv_transfer_params`.
-async fn prefill_leg(
-    state: &AppState,
-    request: &ParsedRequest,
-    worker: WorkerId,
-    client_headers: &HeaderMap,
-) -> Result<Value, ApiError> {
-    let leg = prefill_span(worker);
-    let call = prefill_call(
-        state,
-        request,
-        worker,
-        client_headers,
-        prefill_body(request),
-        &leg,
-    )?;
-    let body = prefill_answer(state, call, worker).instrument(leg).await?;
-    transfer_params(&body).map_err(|why| {
-        let err = ApiError::upstream(
-            Stage::Upstream,
-            "prefill_bad_params",
-            format!("prefill {worker}: {why}"),
-        );
-        worker_failed(&state.metrics, prefill_target(worker), &err);
-        err
-    })
-}
-
-/// The prefill leg's `worker.leg` span (the decode leg's is made by `forward`).
-pub(super) fn prefill_span(worker: WorkerId) -> tracing::Span {
-    tracing::info_span!(
-        "worker.leg",
-        otel.kind = "client",
-        worker = worker.0,
-        pool = "prefill",
-        url = tracing::field::Empty,
-    )
-}
-
-/// The prefill leg's HTTP call to `worker` with `body`, carrying `leg`'s trace context.
-pub(super) fn prefill_call(
-    state: &AppState,
-    request: &ParsedRequest,
-    worker: WorkerId,
-    client_headers: &HeaderMap,
-    body: Vec<u8>,
-    leg: &tracing::Span,
-) -> Result<reqwest::RequestBuilder, ApiError> {
-    let base = state
-        .directory
-        .endpoint(worker)
-        .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
-    leg.record("url", url.as_str());
-    let call = state
-        .http
-        .post(url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json")
-        .body(body);
-    Ok(with_trace_context(call, leg, client_headers))
-}
-
-/// Sends the prefill leg and reads its (2xx) answer, at most `max_response_bytes`; the leg
-/// is counted against its worker, and so is its failure. The future owns what it needs.
-pub(super) fn prefill_answer(
-    state: &AppState,
-    call: reqwest::RequestBuilder,
-    worker: WorkerId,
-) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send + 'static {
-    let metrics = state.metrics.clone();
-    let limit = state.limits.max_response_bytes;
-    let target = prefill_target(worker);
-    metrics.upstream_request(target.pool, worker);
-    async move {
-        let answer = read_prefill(call, worker, limit).await;
-        if let Err(e) = &answer {
-            worker_failed(&metrics, target, e);
-        }
-        answer
-    }
-}
-
-async fn read_prefill(
-    call: reqwest::RequestBuilder,
-    worker: WorkerId,
-    limit: usize,
-) -> Result<Vec<u8>, ApiError> {
-    let response = call.send().await.map_err(|e| {
-        // Only a refused or failed connection is known not to have reached the worker.
-        let reason = if e.is_connect() {
-            PREFILL_CONNECT
-        } else {
-            "prefill_send"
-        };
-        ApiError::upstream(Stage::Dispatch, reason, format!("prefill {worker}: {e}"))
-    })?;
-    let status = response.status();
-    if !status.is_success() {
-        // As on the aggregated path: a 4xx is the engine refusing the client's request
-        // (passed on), anything else a failed leg (502).
-        let mut err = upstream_status(worker, status, response).await;
-        err.reason = "prefill_status";
-        return Err(err);
-    }
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::upstream(
-                Stage::Upstream,
-                "prefill_stream",
-                format!("prefill {worker}: {e}"),
-            )
-        })?;
-        if body.len().saturating_add(chunk.len()) > limit {
-            return Err(ApiError::upstream(
-                Stage::Upstream,
-                "prefill_too_large",
-                format!("prefill {worker}: the answer is larger than {limit} bytes"),
-            ));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// The `kv_transfer_params` of a prefill worker's JSON answer: an object with
-/// `do_remote_prefill: true`.
-fn transfer_params(body: &[u8]) -> Result<Value, String> {
-    let value: Map<String, Value> = serde_json::from_slice(body)
-        .map_err(|e| format!("the answer is not a JSON object: {e}"))?;
-    match value.get(KV_TRANSFER) {
-        Some(Value::Object(params)) => match params.get("do_remote_prefill") {
-            Some(Value::Bool(true)) => Ok(Value::Object(params.clone())),
-            _ => Err(format!("`{KV_TRANSFER}.do_remote_prefill` is not true")),
-        },
-        // vLLM without a KV connector accepts the leg, ignores the params and answers null.
-        Some(Value::Null) | None => Err(format!(
-            "the answer has no `{KV_TRANSFER}`: is the prefill engine started with a KV \
-             connector (vLLM: --kv-transfer-config)?"
-        )),
-        Some(_) => Err(format!("`{KV_TRANSFER}` is not an object")),
     }
 }
 

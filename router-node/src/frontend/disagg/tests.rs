@@ -1,8 +1,10 @@
 //! The vLLM convention's bodies: the prefill leg's request and the transfer parameters it
 //! must answer with.
 
+use super::prefill::{prefill_body, transfer_params};
 use super::*;
 use crate::frontend::openai::Endpoint;
+use serde_json::json;
 
 #[test]
 fn the_prefill_body_asks_for_one_token_and_a_remote_decode() {

@@ -20,6 +20,8 @@ pub(in crate::metrics) struct HttpFamilies {
     pub queue_wait: HistogramFamily,
     pub route: HistogramFamily,
     pub inflight: Gauge,
+    pub refused: Counters,
+    pub connections: Gauges,
     pub scrape_errors: Counters,
     pub ttft: HistogramFamily,
     pub itl: HistogramFamily,
@@ -45,6 +47,8 @@ impl HttpFamilies {
             queue_wait: Family::new_with_constructor(wait_histogram as fn() -> _),
             route: Family::new_with_constructor(latency_histogram as fn() -> _),
             inflight: Gauge::default(),
+            refused: Counters::default(),
+            connections: Gauges::default(),
             scrape_errors: Counters::default(),
             ttft: Family::new_with_constructor(ttft_histogram as fn() -> _),
             itl: Family::new_with_constructor(itl_histogram as fn() -> _),
@@ -75,6 +79,16 @@ impl HttpFamilies {
             "http_rejections",
             "Requests answered with an error, by policy class and reason",
             self.rejections.clone(),
+        );
+        r.register(
+            "http_refused",
+            "Connections and requests refused before reaching a handler, by listener and reason (connection_limit, unauthorized)",
+            self.refused.clone(),
+        );
+        r.register(
+            "http_connections",
+            "HTTP connections open, by listener (public, admin)",
+            self.connections.clone(),
         );
         r.register(
             "http_retries",

@@ -90,11 +90,11 @@ impl Cluster {
             if status != 200 {
                 return Some(format!("replica {i}: /ready answers {status}"));
             }
-            let state = match get_json(&self.http, &format!("{}/debug/state", replica.url())).await
-            {
-                Ok(state) => state,
-                Err(e) => return Some(format!("replica {i}: {e}")),
-            };
+            let state =
+                match get_json(&self.http, &format!("{}/debug/state", replica.admin_url())).await {
+                    Ok(state) => state,
+                    Err(e) => return Some(format!("replica {i}: {e}")),
+                };
             let workers = state["node"]["registry"]["workers"]
                 .as_array()
                 .map_or(0, Vec::len);
@@ -133,7 +133,8 @@ impl Cluster {
     pub async fn states(&self) -> Vec<Result<Value, String>> {
         let mut states = Vec::new();
         for replica in &self.replicas {
-            states.push(get_json(&self.http, &format!("{}/debug/state", replica.url())).await);
+            states
+                .push(get_json(&self.http, &format!("{}/debug/state", replica.admin_url())).await);
         }
         states
     }
@@ -142,7 +143,7 @@ impl Cluster {
     pub async fn metrics(&self) -> Vec<Result<String, String>> {
         let mut all = Vec::new();
         for replica in &self.replicas {
-            all.push(get_text(&self.http, &format!("{}/metrics", replica.url())).await);
+            all.push(get_text(&self.http, &format!("{}/metrics", replica.admin_url())).await);
         }
         all
     }

@@ -1,0 +1,129 @@
+//! What a serving node is assembled from, besides its frontend: the bus it connects to
+//! ([`connect_bus`]), the worker registry as the frontend's directory of worker endpoints,
+//! one engine link per `[[engines]]` entry, and its two bound listeners ([`Listeners`]).
+
+use super::ServeError;
+use crate::config::{BusKind, Config};
+use crate::frontend::WorkerDirectory;
+use router_actors::bus::nats::NatsBus;
+use router_actors::bus::nats_security::NatsConnectError;
+use router_actors::bus::{Bus, local::LocalBus};
+use router_actors::supervisor::ActorSlot;
+use router_actors::{Node, RegistryHandle};
+use router_core::WorkerId;
+use router_engine::{EngineLinkArgs, EngineLinkHandle, engine_link_child};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// The worker registry is the frontend's directory of worker endpoints.
+#[derive(Debug, Clone)]
+pub struct RegistryDirectory(pub RegistryHandle);
+
+impl WorkerDirectory for RegistryDirectory {
+    fn endpoint(&self, worker: WorkerId) -> Option<String> {
+        self.0.endpoint(worker)
+    }
+
+    fn workers(&self) -> Option<Vec<WorkerId>> {
+        let directory = self.0.directory();
+        Some(
+            directory
+                .pools
+                .iter()
+                .flat_map(|(_, workers)| workers.iter().map(|(w, _)| *w))
+                .collect(),
+        )
+    }
+}
+
+/// The bus `config` asks for: a NATS connection, or a fresh in-process bus.
+pub async fn connect_bus(config: &Config) -> Result<Arc<dyn Bus>, ServeError> {
+    match config.bus.kind {
+        BusKind::InProcess => Ok(Arc::new(LocalBus::new())),
+        BusKind::Nats => {
+            let url = &config.bus.nats_url;
+            let bus = NatsBus::connect_secured(url, &config.bus.security())
+                .await
+                .map_err(|e| match e {
+                    NatsConnectError::File { .. } | NatsConnectError::Settings(_) => {
+                        ServeError::BusSettings(e.to_string())
+                    }
+                    // "authentication failed: ..." / "TLS failed: ..." / the client's message.
+                    _ => ServeError::Bus(format!(
+                        "{}: {}",
+                        redact_url(url),
+                        e.to_string().replace(url, &redact_url(url))
+                    )),
+                })?;
+            Ok(Arc::new(bus))
+        }
+    }
+}
+
+/// `url` with any user info (`user:password@`) replaced by `***@`.
+pub fn redact_url(url: &str) -> String {
+    router_actors::bus::nats_security::redact_url(url)
+}
+
+/// The node's two already-bound listeners.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `http.listen`: the OpenAI API, `/health`, `/ready`.
+    pub public: TcpListener,
+    /// `admin.listen`: `/metrics`, `/debug/state`, `/health`, `/ready`.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `http.listen` and `admin.listen`; an error names the key.
+    pub async fn bind(config: &Config) -> Result<Self, ServeError> {
+        async fn bind(key: &'static str, addr: &str) -> Result<TcpListener, ServeError> {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    key,
+                    addr: addr.to_owned(),
+                    source,
+                })
+        }
+        Ok(Self {
+            public: bind("http.listen", &config.http.listen).await?,
+            admin: bind("admin.listen", &config.admin.listen).await?,
+        })
+    }
+}
+
+/// Whether the node's bus connection is up, for `/ready`.
+pub(super) fn bus_status(node: &Node) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    let bus = node.bus();
+    Arc::new(move || bus.connected())
+}
+
+/// One engine link per `[[engines]]` entry, as children of the node's supervisor; their
+/// handles, for `/debug/state`.
+pub(super) fn engine_links(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    node: &mut router_actors::NodeConfig,
+) -> Vec<EngineLinkHandle> {
+    let subjects = router_actors::wire::Subjects::new(config.node.cluster.clone());
+    config
+        .engines
+        .iter()
+        .enumerate()
+        .map(|(index, engine)| {
+            let args = EngineLinkArgs {
+                bus: Arc::clone(bus),
+                subjects: subjects.clone(),
+                config: engine.link_config(Some(config.node.block_size)),
+            };
+            let slot = ActorSlot::empty();
+            node.extra_children.push(engine_link_child(
+                format!("engine-link-{index}"),
+                args,
+                slot.clone(),
+            ));
+            EngineLinkHandle::from_slot(slot).with_call_timeout(node.call_timeout)
+        })
+        .collect()
+}
