@@ -211,26 +211,7 @@ impl Acc {
     }
 }
 
-/// The table's columns.
-const COLUMNS: &[Column] = &[
-    col("class", 12),
-    col("sent", 6),
-    col("ok", 6),
-    col("shed", 6),
-    col("errors", 6),
-    col("ttft p50", 9),
-    col("ttft p90", 9),
-    col("ttft p99", 9),
-    col("itl p50", 8),
-    col("itl p99", 8),
-    col("e2e p50", 9),
-    col("e2e p99", 9),
-    col("req/s", 8),
-    col("out tok/s", 9),
-    col("hit %", 6),
-];
-
-/// The columns with the SLO attainment (when an objective was given).
+/// The table's columns, the last two (the SLO attainment) only when an objective was given.
 const COLUMNS_SLO: &[Column] = &[
     col("class", 12),
     col("sent", 6),
@@ -250,6 +231,9 @@ const COLUMNS_SLO: &[Column] = &[
     col("slo", 7),
     col("slo ok %", 8),
 ];
+
+/// The table's columns without an objective.
+const COLUMNS: &[Column] = COLUMNS_SLO.split_at(COLUMNS_SLO.len() - 2).0;
 
 impl BenchReport {
     /// Folds the outcomes into per-class rows in `classes` order (classes not listed are

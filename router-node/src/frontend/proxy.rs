@@ -165,16 +165,18 @@ pub(super) fn with_trace_context(
     }
 }
 
-async fn forward_leg(
+/// The POST of `request`'s endpoint to `worker` with `body`, accepting `accept`: the URL
+/// recorded on `leg` and the trace context attached. `no_endpoint` when the directory no
+/// longer knows the worker.
+pub(super) fn upstream_call(
     state: &AppState,
     request: &ParsedRequest,
-    target: Target,
+    worker: WorkerId,
     client_headers: &HeaderMap,
-    mut guard: BookingGuard,
-    observer: &mut RequestObserver,
-    leg: tracing::Span,
-) -> Result<Response, ApiError> {
-    let worker = target.worker;
+    leg: &tracing::Span,
+    accept: &'static str,
+    body: Vec<u8>,
+) -> Result<reqwest::RequestBuilder, ApiError> {
     let base = state
         .directory
         .endpoint(worker)
@@ -185,20 +187,39 @@ async fn forward_leg(
         .http
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "text/event-stream")
-        .body(request.upstream_body());
-    let response = with_trace_context(call, &leg, client_headers)
-        .send()
-        .await
-        .map_err(|e| {
-            // Only a refused or failed connection is known not to have reached the worker.
-            let reason = if e.is_connect() {
-                UPSTREAM_CONNECT
-            } else {
-                "upstream_send"
-            };
-            ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
-        })?;
+        .header(header::ACCEPT, accept)
+        .body(body);
+    Ok(with_trace_context(call, leg, client_headers))
+}
+
+async fn forward_leg(
+    state: &AppState,
+    request: &ParsedRequest,
+    target: Target,
+    client_headers: &HeaderMap,
+    mut guard: BookingGuard,
+    observer: &mut RequestObserver,
+    leg: tracing::Span,
+) -> Result<Response, ApiError> {
+    let worker = target.worker;
+    let call = upstream_call(
+        state,
+        request,
+        worker,
+        client_headers,
+        &leg,
+        "text/event-stream",
+        request.upstream_body(),
+    )?;
+    let response = call.send().await.map_err(|e| {
+        // Only a refused or failed connection is known not to have reached the worker.
+        let reason = if e.is_connect() {
+            UPSTREAM_CONNECT
+        } else {
+            "upstream_send"
+        };
+        ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
+    })?;
     let status = response.status();
     if !status.is_success() {
         return Err(upstream_status(worker, status, response).await);

@@ -9,8 +9,8 @@ use super::retry::PREFILL_CONNECT;
 use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
-use crate::frontend::proxy::{Target, upstream_status, with_trace_context, worker_failed};
-use axum::http::{HeaderMap, header};
+use crate::frontend::proxy::{Target, upstream_call, upstream_status, worker_failed};
+use axum::http::HeaderMap;
 use futures::StreamExt;
 use router_core::WorkerId;
 use serde_json::{Map, Value, json};
@@ -93,19 +93,15 @@ pub(in crate::frontend) fn prefill_call(
     body: Vec<u8>,
     leg: &tracing::Span,
 ) -> Result<reqwest::RequestBuilder, ApiError> {
-    let base = state
-        .directory
-        .endpoint(worker)
-        .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
-    leg.record("url", url.as_str());
-    let call = state
-        .http
-        .post(url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json")
-        .body(body);
-    Ok(with_trace_context(call, leg, client_headers))
+    upstream_call(
+        state,
+        request,
+        worker,
+        client_headers,
+        leg,
+        "application/json",
+        body,
+    )
 }
 
 /// Sends the prefill leg and reads its (2xx) answer, at most `max_response_bytes`; the leg
