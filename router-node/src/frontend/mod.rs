@@ -42,11 +42,15 @@ mod classify;
 mod disagg;
 mod error;
 mod handlers;
+mod hf_fast;
+#[cfg(test)]
+mod hf_fast_tests;
 mod huggingface;
 mod limits;
 mod model_dir;
 mod o200k;
 mod openai;
+mod pretokenize;
 mod prompter;
 mod proxy;
 mod server;
