@@ -12,7 +12,11 @@
 //! Whether the text may be split for parallel encoding (`split.rs`) is decided at load: no
 //! normalizer other than NFC, no added token that holds whitespace or strips it on its
 //! right, and a probe text full of cut points tokenized cut and whole gives the same ids.
+//!
+//! Byte-level BPE tokenizers of the usual shapes are encoded by `hf_fast.rs` (the same ids,
+//! checked at load against the crate's pipeline on a probe text), others by the crate.
 
+use super::hf_fast::FastHf;
 use super::split;
 use super::tokenizer::TokenizerLoadError;
 use std::path::Path;
@@ -31,6 +35,8 @@ pub struct HuggingFaceTokenizer {
     splittable: bool,
     /// The most bytes one token stands for, when that bounds the count ([`longest_token`]).
     longest: Option<usize>,
+    /// The faster encoder, when this tokenizer has its shape and passed its self-check.
+    fast: Option<Arc<FastHf>>,
 }
 
 impl std::fmt::Debug for HuggingFaceTokenizer {
@@ -40,6 +46,7 @@ impl std::fmt::Debug for HuggingFaceTokenizer {
             .field("specials", &self.specials)
             .field("splittable", &self.splittable)
             .field("longest", &self.longest)
+            .field("fast", &self.fast.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -138,18 +145,37 @@ impl HuggingFaceTokenizer {
     ) -> Self {
         let splittable = splittable(&inner);
         let longest = longest_token(&inner);
+        let fast = FastHf::build(&inner, &fast_probe_text(&inner), |text| {
+            encode_plain(&inner, text).ok()
+        });
         Self {
             describe: Arc::from(describe),
             inner: Arc::new(inner),
             specials,
             splittable,
             longest,
+            fast: fast.map(Arc::new),
         }
     }
 
-    /// The ids of `text`, nothing added.
+    /// The ids of `text`, nothing added (`hf_fast.rs` when it applies, else the crate).
     pub(super) fn encode_plain(&self, text: &str) -> Result<Vec<u32>, tokenizers::Error> {
+        match &self.fast {
+            Some(fast) => Ok(fast.encode(text)),
+            None => encode_plain(&self.inner, text),
+        }
+    }
+
+    /// The ids of `text` from the crate's own pipeline (what `hf_fast.rs` is checked against).
+    #[cfg(test)]
+    pub(super) fn encode_by_crate(&self, text: &str) -> Result<Vec<u32>, tokenizers::Error> {
         encode_plain(&self.inner, text)
+    }
+
+    /// The faster encoder, when in use.
+    #[cfg(test)]
+    pub(super) fn fast(&self) -> Option<&FastHf> {
+        self.fast.as_deref()
     }
 
     /// `ids` with the special tokens added around a completion's prompt (none when plain).
@@ -269,6 +295,37 @@ fn splittable(inner: &tokenizers::Tokenizer) -> bool {
         }
         _ => false,
     }
+}
+
+/// What the faster encoder is checked on at load: [`probe_text`], every added token's text
+/// between words and glued to them, runs of every kind of whitespace, digits and other
+/// scripts.
+fn fast_probe_text(inner: &tokenizers::Tokenizer) -> String {
+    let mut text = probe_text();
+    for token in inner.get_added_tokens_decoder().values() {
+        text.push_str(&format!("x {0}y{0} {0}\n", token.content));
+    }
+    for ws in [
+        " ", "  ", "   ", "\t", "\n", "\n\n", " \n ", "\r\n", "\u{a0} ", "\u{3000}",
+    ] {
+        for next in [
+            "word",
+            "Word",
+            "123456",
+            "!?",
+            "'s",
+            "'LL",
+            "\u{e9}t\u{e9}",
+            "",
+        ] {
+            text.push_str(&format!("x{ws}{next}"));
+        }
+    }
+    text.push_str("na\u{ef}ve caf\u{e9} \u{417}\u{434}\u{440}\u{430}\u{432}\u{441}\u{442}\u{432}\u{443}\u{439} \u{1f600}\u{1f600}");
+    text.push_str(&" ".repeat(300));
+    text.push_str(&"ab".repeat(300));
+    text.push_str("  end  ");
+    text
 }
 
 /// Every visible ASCII character before a cut, in words, numbers, contractions, other

@@ -29,8 +29,10 @@
 //! classifiers), `admit.rs`, `proxy.rs`, `disagg/`, `error.rs`, `prompter.rs` (the
 //! [`Prompter`]: tokenizer and chat rendering), `tokenizer.rs` (the [`Tokenizer`]),
 //! `huggingface.rs` (a `tokenizer.json`), `split.rs` (long text encoded in parallel pieces),
-//! `o200k.rs` (the default encoding without fancy-regex), `model_dir.rs` (a model directory's
-//! tokenizer and chat template), `chat_template.rs`.
+//! `pretokenize.rs` (split patterns on regex-automata), `o200k.rs` (the default encoding
+//! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
+//! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
+//! template), `chat_template.rs`.
 
 mod admin;
 mod admit;
@@ -42,11 +44,15 @@ mod classify;
 mod disagg;
 mod error;
 mod handlers;
+mod hf_fast;
+#[cfg(test)]
+mod hf_fast_tests;
 mod huggingface;
 mod limits;
 mod model_dir;
 mod o200k;
 mod openai;
+mod pretokenize;
 mod prompter;
 mod proxy;
 mod server;

@@ -3,23 +3,16 @@
 //!
 //! tiktoken's pattern ends in `\s+(?!\S)|\s+`, a look-ahead the `regex` crate cannot run, so
 //! tiktoken-rs runs the whole pattern on fancy-regex's backtracking engine, which is most of
-//! its cost. Here the pattern runs on `regex-automata` (the `regex` crate's engine, anchored at
-//! each piece's start) with `\s+` in place of both, and the
-//! look-ahead is applied after the match: a whitespace match (one without `\r` / `\n`, which
-//! only the earlier `\s*[\r\n]+` takes) of two or more characters followed by more text gives
-//! back its last character, as `\s+(?!\S)` does by backtracking; that character then starts
-//! the next match (a word's leading space). Pieces are looked up in the ranks read back from
+//! its cost. Here the pattern runs on `regex-automata` with the look-ahead taken by hand
+//! (`pretokenize.rs`'s [`Splitter`]). Pieces are looked up in the ranks read back from
 //! tiktoken-rs's encoder and merged with its `byte_pair_split`. When the pattern is not the
 //! expected one, or a self-check at build differs from tiktoken-rs, tiktoken-rs is used.
 
-use regex_automata::meta::Regex;
-use regex_automata::{Anchored, Input};
+use super::pretokenize::Splitter;
 use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
 
-/// tiktoken's look-ahead tail of the pattern, replaced here.
-const TAIL: &str = r"|\s+(?!\S)|\s+";
 /// Every rank of `o200k_base`, its special tokens included (skipped).
 const RANKS: u32 = 200_019;
 
@@ -30,7 +23,7 @@ pub(super) fn fast() -> Option<&'static FastO200k> {
 }
 
 pub(super) struct FastO200k {
-    regex: Regex,
+    splitter: Splitter,
     ranks: FxHashMap<Vec<u8>, u32>,
     core: &'static CoreBPE,
 }
@@ -45,8 +38,7 @@ impl std::fmt::Debug for FastO200k {
 
 impl FastO200k {
     fn build() -> Option<Self> {
-        let pattern = tiktoken_rs::O200K_BASE_PAT_STR.strip_suffix(TAIL)?;
-        let regex = Regex::new(&format!(r"{pattern}|\s+")).ok()?;
+        let splitter = Splitter::new(tiktoken_rs::O200K_BASE_PAT_STR)?;
         let core = tiktoken_rs::o200k_base_singleton();
         let specials = core.special_tokens();
         let mut ranks = FxHashMap::default();
@@ -58,7 +50,11 @@ impl FastO200k {
                 ranks.insert(bytes, rank);
             }
         }
-        let fast = Self { regex, ranks, core };
+        let fast = Self {
+            splitter,
+            ranks,
+            core,
+        };
         let probe = self_check_text();
         (fast.encode(&probe) == core.encode_ordinary(&probe)).then_some(fast)
     }
@@ -66,29 +62,8 @@ impl FastO200k {
     /// The ids of `text`, as `CoreBPE::encode_ordinary` gives them.
     pub(super) fn encode(&self, text: &str) -> Vec<u32> {
         let mut ids = Vec::with_capacity(text.len() / 3);
-        let mut at = 0;
-        // Every character starts some alternative, so each piece starts where the last ended:
-        // an anchored search needs only the end (no reverse search for the start).
-        while at < text.len() {
-            let input = Input::new(text).range(at..).anchored(Anchored::Yes);
-            let Some(half) = self.regex.search_half(&input) else {
-                // Cannot happen (see above); tiktoken-rs takes the rest.
-                ids.extend(self.core.encode_ordinary(&text[at..]));
-                break;
-            };
-            let mut end = half.offset();
-            let piece = &text[at..end];
-            if end < text.len()
-                && piece.chars().all(char::is_whitespace)
-                && !piece.contains(['\r', '\n'])
-                && let Some((last, _)) = piece.char_indices().last()
-                && last > 0
-            {
-                end = at + last;
-            }
-            self.piece(&text[at..end], &mut ids);
-            at = end;
-        }
+        self.splitter
+            .split(text, |piece| self.piece(piece, &mut ids));
         ids
     }
 

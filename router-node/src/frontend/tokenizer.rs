@@ -13,7 +13,9 @@
 //!
 //! Long text is cut at boundaries no pre-tokenizer piece crosses and the pieces are encoded
 //! in parallel (`split.rs`); the ids are the same as encoding the text whole. `o200k_base`
-//! runs its pre-tokenizer on the `regex` crate (`o200k.rs`), with tiktoken-rs's ids.
+//! runs its pre-tokenizer on the `regex` crate (`o200k.rs`), with tiktoken-rs's ids; so do
+//! byte-level BPE `tokenizer.json` files of the usual shapes (`hf_fast.rs`), with the
+//! `tokenizers` crate's ids.
 
 use super::huggingface::HuggingFaceTokenizer;
 use super::o200k;
