@@ -432,6 +432,18 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The answer with `Connection: close`: for a refusal sent before the request's body was
+    /// read, whose unread rest would otherwise sit on the connection the client reuses.
+    pub fn into_closing_response(self) -> Response {
+        let mut response = self.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (
@@ -446,8 +458,9 @@ impl IntoResponse for ApiError {
             headers.insert(header::RETRY_AFTER, after);
         }
         match self.status {
-            // The rest of a slow body is not read: the connection cannot carry another request.
-            StatusCode::REQUEST_TIMEOUT => {
+            // The rest of a slow or oversized body is not read: the connection cannot carry
+            // another request.
+            StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             StatusCode::UNAUTHORIZED => {

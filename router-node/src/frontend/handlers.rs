@@ -121,8 +121,13 @@ async fn handle_openai(
     observer: &mut RequestObserver,
 ) -> Response {
     let mut key = None;
+    // A refusal before the body was read leaves it on the connection: the answer closes it.
+    let mut body_unread = false;
     let (class, outcome) = match auth::before_body(&state, &headers, &mut key) {
-        Err(refused) => (refused.class, Err(refused.error)),
+        Err(refused) => {
+            body_unread = true;
+            (refused.class, Err(refused.error))
+        }
         Ok((requested, known)) => {
             // Kept for the error path alone: the class moves into `prepare` (no clone per request).
             let known_id = known.as_ref().map(|c| c.id);
@@ -157,11 +162,15 @@ async fn handle_openai(
     });
     outcome.unwrap_or_else(|err| {
         state.metrics.rejection(label, err.reason);
-        match (&err.class, &class) {
+        let err = match (&err.class, &class) {
             (None, Some(class)) => err.class(Some(class.name.clone())),
             _ => err,
+        };
+        if body_unread {
+            err.into_closing_response()
+        } else {
+            err.into_response()
         }
-        .into_response()
     })
 }
 
