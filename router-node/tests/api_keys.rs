@@ -93,7 +93,11 @@ async fn without_a_valid_key_the_api_is_401_and_the_probes_stay_open() {
         assert_eq!(response.headers()["www-authenticate"], challenge);
         // Refused before its body was read: the connection is not reused (a client that
         // reused it would find it closed under its next request).
-        assert_eq!(response.headers()["connection"], "close", "{authorization:?}");
+        assert_eq!(
+            response.headers()["connection"],
+            "close",
+            "{authorization:?}"
+        );
         let text = response.text().await.unwrap();
         assert!(!text.contains(&key) && !text.contains(&wrong), "{text}");
         let error: Value = serde_json::from_str(&text).unwrap();
