@@ -51,6 +51,20 @@ fn completion(node: &Node, key: Option<&str>, body: Value) -> reqwest::RequestBu
     }
 }
 
+/// Sends `body` to `/v1/completions` with `key`.
+async fn send(node: &Node, key: Option<&str>, body: Value) -> reqwest::Response {
+    completion(node, key, body).send().await.unwrap()
+}
+
+/// A 429's `Retry-After`, in seconds.
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 fn small() -> Value {
     json!({"model": "m", "prompt": "hello", "max_tokens": 4})
 }
@@ -136,14 +150,12 @@ async fn a_good_key_gets_its_answer_and_a_class_it_may_not_use_is_403() {
         &entry("team-a", &key, "classes = [\"interactive\", \"realtime\"]"),
     )
     .await;
-    let ok = completion(
+    let ok = send(
         &node,
         Some(&key),
         json!({"model": "m", "prompt": "hi", "stream": true}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(ok.status(), 200);
     assert_eq!(
         ok.text().await.unwrap().matches(r#""text":"tok""#).count(),
@@ -209,7 +221,7 @@ async fn the_keys_default_class_runs_requests_that_name_none() {
         ),
     )
     .await;
-    let plain = completion(&node, Some(&key), small()).send().await.unwrap();
+    let plain = send(&node, Some(&key), small()).await;
     assert_eq!(plain.status(), 200);
     let named = completion(&node, Some(&key), small())
         .header("x-policy-class", "interactive")
@@ -237,21 +249,11 @@ async fn over_the_request_rate_is_429_with_the_wait_in_retry_after() {
         "classes = [\"interactive\"]\nrequests_per_s = 0.05",
     ) + &entry("other", &other, "classes = [\"interactive\"]");
     let (node, worker) = keyed_node(PROFILE, &keys).await;
-    let first = completion(&node, Some(&slow), small())
-        .send()
-        .await
-        .unwrap();
+    let first = send(&node, Some(&slow), small()).await;
     assert_eq!(first.status(), 200);
-    let second = completion(&node, Some(&slow), small())
-        .send()
-        .await
-        .unwrap();
+    let second = send(&node, Some(&slow), small()).await;
     assert_eq!(second.status(), 429);
-    let after: u64 = second.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let after: u64 = retry_after(&second);
     assert!((15..=20).contains(&after), "Retry-After {after}");
     let error = error_of(second).await;
     assert_eq!(error["reason"], "key_requests_rate");
@@ -261,10 +263,7 @@ async fn over_the_request_rate_is_429_with_the_wait_in_retry_after() {
         "{message}"
     );
     // Another key has its own bucket.
-    let third = completion(&node, Some(&other), small())
-        .send()
-        .await
-        .unwrap();
+    let third = send(&node, Some(&other), small()).await;
     assert_eq!(third.status(), 200);
     assert_eq!(worker.seen.lock().unwrap().len(), 2);
     let text = metrics(&node).await;
@@ -290,44 +289,33 @@ async fn over_the_token_rate_is_429_and_over_the_burst_413() {
     // 50 prompt tokens + 10 output: 60 of the 100.
     let prompt: Vec<u32> = (1..=50).collect();
     let body = json!({"model": "m", "prompt": prompt, "max_tokens": 10});
-    let first = completion(&node, Some(&key), body.clone())
-        .send()
-        .await
-        .unwrap();
+    let first = send(&node, Some(&key), body.clone()).await;
     assert_eq!(first.status(), 200);
     // 40 left, 60 needed: about 20 s at 1 token/s.
-    let second = completion(&node, Some(&key), body).send().await.unwrap();
+    let second = send(&node, Some(&key), body).await;
     assert_eq!(second.status(), 429);
-    let after: u64 = second.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let after: u64 = retry_after(&second);
     assert!((15..=20).contains(&after), "Retry-After {after}");
     assert_eq!(error_of(second).await["reason"], "key_tokens_rate");
     // More than the burst can never pass: 413, and nothing was taken.
     let long: Vec<u32> = (1..=200).collect();
-    let too_big = completion(
+    let too_big = send(
         &node,
         Some(&key),
         json!({"model": "m", "prompt": long, "max_tokens": 1}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(too_big.status(), 413);
     let error = error_of(too_big).await;
     assert_eq!(error["reason"], "key_tokens_burst");
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("200 prompt + 1 output"), "{message}");
-    let fits = completion(
+    let fits = send(
         &node,
         Some(&key),
         json!({"model": "m", "prompt": [1, 2, 3], "max_tokens": 30}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(fits.status(), 200);
     assert_eq!(worker.seen.lock().unwrap().len(), 2);
     let text = metrics(&node).await;
@@ -348,28 +336,11 @@ async fn a_class_a_classifier_picks_must_be_one_the_key_may_use() {
     let keys = entry("nightly", &nightly, "classes = [\"batch\"]")
         + &entry("team-a", &team, "classes = [\"interactive\"]");
     let (node, worker) = keyed_node(&profile, &keys).await;
-    assert_eq!(
-        completion(&node, Some(&nightly), small())
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        completion(&node, Some(&team), small())
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(send(&node, Some(&nightly), small()).await.status(), 200);
+    assert_eq!(send(&node, Some(&team), small()).await.status(), 200);
     // A long prompt is batch by rule, which team-a may not use.
     let long: Vec<u32> = (1..=150).collect();
-    let denied = completion(&node, Some(&team), json!({"model": "m", "prompt": long}))
-        .send()
-        .await
-        .unwrap();
+    let denied = send(&node, Some(&team), json!({"model": "m", "prompt": long})).await;
     assert_eq!(denied.status(), 403);
     let error = error_of(denied).await;
     assert_eq!(error["reason"], "class_not_entitled");
@@ -413,10 +384,7 @@ async fn without_keys_the_node_is_open_as_before() {
     let node = support::spawn_node(&[&worker.url], Limits::default()).await;
     let plain = node.call("/v1/completions", small()).await;
     assert_eq!(plain.status(), 200);
-    let with_any = completion(&node, Some("anything"), small())
-        .send()
-        .await
-        .unwrap();
+    let with_any = send(&node, Some("anything"), small()).await;
     assert_eq!(with_any.status(), 200);
     assert_eq!(node.get("/v1/models").await.status(), 200);
     let state: Value = node.admin_get("/debug/state").await.json().await.unwrap();
