@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p router-core --example routing_quality -- \
-//!     [--requests N] [--capacity BLOCKS] [--speedup X] [--trace PATH]
+//!     [--requests N] [--capacity BLOCKS] [--speedup X] [--trace PATH] \
+//!     [--overlap-credit X] [--prefill-load-scale X] [--fleets 4,8,16]
 //! ```
 //!
 //! The model is described in `tests/support/routing_sim.rs`.
@@ -12,6 +13,7 @@
 #[path = "../tests/support/routing_sim.rs"]
 mod sim;
 
+use router_core::SelectionConfig;
 use sim::{Policy, SimConfig, SimReport};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +26,8 @@ struct Args {
     capacity: Option<usize>,
     speedup: Option<f64>,
     trace: Option<PathBuf>,
+    selection: SelectionConfig,
+    fleets: Vec<u32>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -32,6 +36,8 @@ fn parse_args() -> Result<Args, String> {
         capacity: None,
         speedup: None,
         trace: None,
+        selection: SelectionConfig::default(),
+        fleets: FLEETS.to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -41,8 +47,22 @@ fn parse_args() -> Result<Args, String> {
             "--capacity" => args.capacity = Some(number(&flag, &value()?)?),
             "--speedup" => args.speedup = Some(number(&flag, &value()?)?),
             "--trace" => args.trace = Some(PathBuf::from(value()?)),
+            "--overlap-credit" => args.selection.overlap_credit = number(&flag, &value()?)?,
+            "--prefill-load-scale" => args.selection.prefill_load_scale = number(&flag, &value()?)?,
+            "--fleets" => {
+                args.fleets = value()?
+                    .split(',')
+                    .map(|v| number(&flag, v.trim()))
+                    .collect::<Result<_, _>>()?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    args.selection
+        .validate()
+        .map_err(|e| format!("invalid selection setting: {e}"))?;
+    if args.fleets.is_empty() || args.fleets.contains(&0) {
+        return Err("--fleets needs worker counts of at least 1".to_owned());
     }
     Ok(args)
 }
@@ -82,6 +102,10 @@ fn run() -> Result<(), String> {
         path.display()
     );
     println!(
+        "Selection: overlap_credit {}, prefill_load_scale {}",
+        args.selection.overlap_credit, args.selection.prefill_load_scale
+    );
+    println!(
         "KV per worker: {capacity} blocks ({} tokens); completion: uncached / {} tok/ms + output x {} ms; arrivals x{speedup}",
         capacity as u64 * u64::from(sim::TRACE_BLOCK_TOKENS),
         base.prefill_tokens_per_ms,
@@ -98,10 +122,11 @@ fn run() -> Result<(), String> {
     println!("|---:|---:|---:|---:|---:|---:|");
 
     let mut reports: Vec<SimReport> = Vec::new();
-    for workers in FLEETS {
+    for &workers in &args.fleets {
         let config = SimConfig {
             capacity_blocks: capacity,
             speedup,
+            selection: args.selection,
             ..SimConfig::new(workers)
         };
         let row: Vec<SimReport> = Policy::ALL
@@ -124,15 +149,18 @@ fn run() -> Result<(), String> {
 
     println!();
     println!(
-        "| workers | policy | uncached prompt tokens | index/cache disagreements | event errors | not admitted | bookings left |"
+        "| workers | policy | reachable hit | TTFT p50 | TTFT p99 | uncached prompt tokens | index/cache disagreements | event errors | not admitted | bookings left |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut sound = true;
     for r in &reports {
         println!(
-            "| {} | {} | {:.1} % | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} % | {:.0} ms | {:.0} ms | {:.1} % | {} | {} | {} | {} |",
             r.workers,
             r.policy.name(),
+            100.0 * r.reachable_hit_blocks as f64 / r.hits.total_blocks.max(1) as f64,
+            r.ttft_ms(0.5),
+            r.ttft_ms(0.99),
             r.uncached_token_pct,
             r.index_disagreements,
             r.event_errors,

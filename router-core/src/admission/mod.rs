@@ -292,5 +292,6 @@ fn sanitized(selection: SelectionConfig) -> SelectionConfig {
         prefill_load_scale: keep(selection.prefill_load_scale, default.prefill_load_scale),
         overlap_credit: keep(selection.overlap_credit, default.overlap_credit),
         temperature: keep(selection.temperature, default.temperature),
+        count_booked_prefix: selection.count_booked_prefix,
     }
 }

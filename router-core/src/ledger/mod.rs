@@ -191,7 +191,7 @@ impl BookingLedger {
             room_epoch: 0,
             epoch: 0,
             counters: LedgerCounters::default(),
-            load: LoadIndex::new(1.0),
+            load: LoadIndex::new(crate::select::SelectionConfig::default().prefill_load_scale),
         }
     }
 

@@ -158,6 +158,16 @@ impl RankState {
             .count() as u64
     }
 
+    /// Leading blocks of `hashes` booked here (hashes are chained, so a booked block means
+    /// its whole prefix was booked with it).
+    pub(crate) fn booked_prefix(&self, hashes: &[u64]) -> u32 {
+        let run = hashes
+            .iter()
+            .take_while(|h| self.blocks.contains_key(h))
+            .count();
+        u32::try_from(run).unwrap_or(u32::MAX)
+    }
+
     pub(crate) fn add_blocks(&mut self, hashes: &[u64]) {
         for h in hashes {
             *self.blocks.entry(*h).or_insert(0) += 1;
@@ -268,6 +278,12 @@ impl<'a> RankLoad<'a> {
     /// Blocks of `hashes` not already booked here.
     pub fn new_blocks(&self, hashes: &[u64]) -> u64 {
         self.state.new_blocks(hashes)
+    }
+
+    /// Leading blocks of `hashes` booked here by requests in flight: their prefill stores
+    /// those blocks, so a request queued behind them finds them cached.
+    pub fn booked_prefix(&self, hashes: &[u64]) -> u32 {
+        self.state.booked_prefix(hashes)
     }
 
     /// Load-only cost of placing a request here: prefill blocks after it joins, plus

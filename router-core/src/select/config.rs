@@ -1,17 +1,29 @@
 //! Selection settings and the placement cost of one rank.
 //!
-//! Cost of placing a request on a rank (the reference router's default formula):
+//! Cost of placing a request on a rank (lower is better; it may be negative):
 //!
 //! ```text
-//! prefill_load_scale × max(0, (booked prefill tokens + prompt tokens) / block_size
-//!                             − overlap_credit × overlap blocks)
+//! prefill_load_scale × ((booked prefill tokens + prompt tokens) / block_size
+//!                       − overlap_credit × prefix blocks)
 //!   + committed decode blocks (booked + reserved)
 //!   + the request's blocks not already booked on the rank
 //! ```
 //!
-//! Prefill work is counted in blocks so both terms share a unit; the overlap credit is
-//! what a cached prefix saves; the last term makes a rank that already holds the prompt's
-//! blocks cheaper for decode too.
+//! Prefill work is counted in blocks so both terms share a unit. The first term is the
+//! prefill queued ahead of the request plus its own, less what its cached prefix saves:
+//! with `overlap_credit` 1 that is the request's own time to first token; above 1 a
+//! cached block also counts for the prefill it spares everyone queued later on the same
+//! worker. Prefix blocks are the rank's cached prefix (from the KV index) or, when longer,
+//! the prefix booked there by requests in flight (`count_booked_prefix`), which their
+//! prefill is about to store. The other two terms are KV memory: what the rank has
+//! committed and what this request adds.
+//!
+//! The defaults (`prefill_load_scale` 10, `overlap_credit` 4) came from replaying the
+//! Mooncake conversation trace and the node-level bench (BENCHMARKS.md, "Routing
+//! quality"): prefill queues and prefix reuse decide time to first token, while a rank's
+//! committed decode blocks matter mostly as KV pressure, which admission's thresholds
+//! already bound. With weights 1 and 1 (the reference router's) a worker holding a
+//! conversation lost its next turn to any idler worker.
 
 use crate::ids::RankId;
 use crate::ledger::RankLoad;
@@ -29,14 +41,18 @@ pub struct SelectionConfig {
     /// 0: the cheapest rank (random among exact ties). T > 0: softmax sampling over
     /// min-max normalised costs, flatter as T grows.
     pub temperature: f64,
+    /// Count a prefix booked on a rank by requests in flight as cached there (their
+    /// prefill stores it before a request queued behind them runs).
+    pub count_booked_prefix: bool,
 }
 
 impl Default for SelectionConfig {
     fn default() -> Self {
         Self {
-            prefill_load_scale: 1.0,
-            overlap_credit: 1.0,
+            prefill_load_scale: 10.0,
+            overlap_credit: 4.0,
             temperature: 0.0,
+            count_booked_prefix: true,
         }
     }
 }
@@ -68,6 +84,16 @@ impl SelectionConfig {
         Ok(())
     }
 
+    /// Prefix blocks a request finds on a rank: `cached` (from the KV index), or the
+    /// prefix booked there when that is longer and `count_booked_prefix` is on.
+    pub fn prefix_blocks(&self, rank: &RankLoad<'_>, block_hashes: &[u64], cached: u32) -> u32 {
+        if self.count_booked_prefix && (cached as usize) < block_hashes.len() {
+            cached.max(rank.booked_prefix(block_hashes))
+        } else {
+            cached
+        }
+    }
+
     /// Placement cost of a request on a rank (see the module docs).
     pub fn cost(
         &self,
@@ -79,7 +105,7 @@ impl SelectionConfig {
         let bs = f64::from(rank.block_size().max(1));
         let prefill_blocks = (rank.prefill_tokens().saturating_add(prompt_tokens)) as f64 / bs;
         let credited = prefill_blocks - self.overlap_credit * f64::from(overlap_blocks);
-        self.prefill_load_scale * credited.max(0.0)
+        self.prefill_load_scale * credited
             + rank.committed_blocks() as f64
             + rank.new_blocks(block_hashes) as f64
     }

@@ -58,7 +58,7 @@ impl Selector {
             if !fits(&load, request) {
                 continue;
             }
-            let overlap_blocks = overlaps.of(load.id());
+            let overlap_blocks = self.prefix_of(&load, request, &overlaps);
             let choice = Selected {
                 rank: load.id(),
                 cost: self.cost_of(&load, request, overlap_blocks),

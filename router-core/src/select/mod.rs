@@ -61,7 +61,8 @@ impl SelectionRequest<'_> {
     }
 }
 
-/// The chosen rank, its cost and the prefix blocks it already holds.
+/// The chosen rank, its cost and the prefix blocks it already holds (cached, or booked by
+/// requests in flight when `count_booked_prefix` is on).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Selected {
     pub rank: RankId,
@@ -163,12 +164,23 @@ impl Selector {
     }
 
     fn selected(&self, load: &RankLoad<'_>, request: &SelectionRequest<'_>) -> Selected {
-        let overlap_blocks = config::Overlaps::new(request.overlap).of(load.id());
+        let overlap_blocks = self.prefix_of(load, request, &config::Overlaps::new(request.overlap));
         Selected {
             rank: load.id(),
             cost: self.cost_of(load, request, overlap_blocks),
             overlap_blocks,
         }
+    }
+
+    /// Prefix blocks the request finds on the rank: cached, or booked by requests in flight.
+    fn prefix_of(
+        &self,
+        load: &RankLoad<'_>,
+        request: &SelectionRequest<'_>,
+        overlaps: &config::Overlaps<'_>,
+    ) -> u32 {
+        self.config
+            .prefix_blocks(load, request.block_hashes, overlaps.of(load.id()))
     }
 
     fn cost_of(

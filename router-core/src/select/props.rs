@@ -202,13 +202,17 @@ fn ask() -> impl Strategy<Value = Ask> {
 fn settings() -> impl Strategy<Value = SelectionConfig> {
     (
         prop_oneof![Just(0.0), Just(0.5), Just(1.0), Just(2.0)],
-        prop_oneof![Just(0.0), Just(1.0), Just(2.5)],
+        prop_oneof![Just(0.0), Just(1.0), Just(2.5), Just(4.0)],
+        any::<bool>(),
     )
-        .prop_map(|(prefill_load_scale, overlap_credit)| SelectionConfig {
-            prefill_load_scale,
-            overlap_credit,
-            temperature: 0.0,
-        })
+        .prop_map(
+            |(prefill_load_scale, overlap_credit, count_booked_prefix)| SelectionConfig {
+                prefill_load_scale,
+                overlap_credit,
+                temperature: 0.0,
+                count_booked_prefix,
+            },
+        )
 }
 
 proptest! {

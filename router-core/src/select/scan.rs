@@ -22,7 +22,7 @@ impl Selector {
             .inspect(|_| any_eligible = true)
             .filter(|load| fits(load, request))
             .map(|load| {
-                let overlap_blocks = overlaps.of(load.id());
+                let overlap_blocks = self.prefix_of(&load, request, &overlaps);
                 Selected {
                     rank: load.id(),
                     cost: self.cost_of(&load, request, overlap_blocks),

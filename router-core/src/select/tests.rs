@@ -114,8 +114,52 @@ fn overlap_credit_attracts_a_request_to_the_rank_holding_its_prefix() {
     let hashes = chain(8, 2, 12);
     let overlap = [(rank(2), 8)];
     let got = both(&l, &request(&hashes, &overlap)).expect("placed");
-    // 12 prompt blocks − 8 credited + 8 committed + 4 new, against 12 + 0 + 12 elsewhere.
-    assert_eq!((got.rank, got.overlap_blocks, got.cost), (rank(2), 8, 16.0));
+    // P × (12 prompt blocks − c × 8 cached) + 8 committed + 4 new, against P × 12 + 0 + 12
+    // on an idle rank.
+    let SelectionConfig {
+        prefill_load_scale: p,
+        overlap_credit: c,
+        ..
+    } = SelectionConfig::default();
+    assert_eq!(
+        (got.rank, got.overlap_blocks, got.cost),
+        (rank(2), 8, p * (12.0 - c * 8.0) + 12.0)
+    );
+}
+
+#[test]
+fn a_prefix_booked_in_flight_attracts_like_a_cached_one() {
+    let mut l = ledger(4);
+    // A request on rank 2 is still in prefill: its 8 blocks are booked, not yet announced
+    // by the worker, so the KV index reports no overlap anywhere.
+    book(&mut l, 1, rank(2), &chain(8, 1, 8), 128);
+    let hashes = chain(8, 2, 12);
+    let got = both(&l, &request(&hashes, &[])).expect("placed");
+    assert_eq!((got.rank, got.overlap_blocks), (rank(2), 8));
+
+    let blind = Selector::new(SelectionConfig {
+        count_booked_prefix: false,
+        ..SelectionConfig::default()
+    })
+    .expect("valid");
+    let req = request(&hashes, &[]);
+    let fast = blind.select(&l, &req, &mut SmallRng::seed_from_u64(1));
+    let scan = blind.select_full_scan(&l, &req, &mut SmallRng::seed_from_u64(1));
+    for got in [fast, scan] {
+        let got = got.expect("placed");
+        assert_ne!(got.rank, rank(2), "the busy rank has nothing cached yet");
+        assert_eq!(got.overlap_blocks, 0);
+    }
+}
+
+#[test]
+fn a_cached_prefix_longer_than_the_booked_one_counts() {
+    let mut l = ledger(4);
+    book(&mut l, 1, rank(2), &chain(8, 1, 8)[..2], 32);
+    let hashes = chain(8, 2, 12);
+    let overlap = [(rank(2), 8)];
+    let got = both(&l, &request(&hashes, &overlap)).expect("placed");
+    assert_eq!((got.rank, got.overlap_blocks), (rank(2), 8));
 }
 
 #[test]
@@ -374,5 +418,8 @@ fn the_scheduler_refuses_or_repairs_invalid_selection_settings() {
         }
     ));
     let repaired = Scheduler::new(config, profile());
-    assert_eq!(repaired.ledger().prefill_load_scale(), 1.0);
+    assert_eq!(
+        repaired.ledger().prefill_load_scale(),
+        SelectionConfig::default().prefill_load_scale
+    );
 }

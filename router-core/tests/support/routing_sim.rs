@@ -23,14 +23,16 @@
 //! - **Hit.** The leading run of the request's ids already in the chosen worker's cache at
 //!   placement. Every placement also checks that the index's overlap for every worker equals
 //!   that worker's own cache (`index_disagreements`).
-//! - **Time.** A discrete-event replay on a simulated clock (no waiting). A request holds its
-//!   booking from arrival for `uncached tokens / prefill rate + output tokens × decode time`;
-//!   `prefill_done` fires after the prefill part, `release` at the end, each followed by
-//!   `drain`. Arrivals can be compressed by `speedup`.
+//! - **Time.** A discrete-event replay on a simulated clock (no waiting). A worker computes
+//!   one prefill at a time at `prefill_tokens_per_ms` (uncached tokens only), first come
+//!   first served: a request's first token comes when the prefills placed before it on the
+//!   same worker and its own are done (its TTFT). Decode then takes `output tokens × decode
+//!   time`, whatever else runs. `prefill_done` fires at the first token, `release` at the
+//!   end, each followed by `drain`. Arrivals can be compressed by `speedup`.
 //! - **Admission.** The fallback profile (one class, never queues, no thresholds), so every
 //!   request is admitted at once and only placement differs between policies.
 //! - **Policies.** Round robin and seeded random pin their rank (`eligibility.pinned`); the
-//!   cost selector chooses freely with the default `SelectionConfig`.
+//!   cost selector chooses freely with `SimConfig::selection` (the defaults unless changed).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -347,6 +349,8 @@ pub struct SimConfig {
     pub speedup: f64,
     /// Seed of the random policy and of the scheduler's tie-breaks.
     pub seed: u64,
+    /// The cost selector's settings.
+    pub selection: SelectionConfig,
 }
 
 impl SimConfig {
@@ -360,6 +364,7 @@ impl SimConfig {
             decode_ms_per_token: 30.0,
             speedup: 1.0,
             seed: 7,
+            selection: SelectionConfig::default(),
         }
     }
 }
@@ -382,9 +387,25 @@ pub struct SimReport {
     pub bookings_left: usize,
     /// Uncached prompt tokens over all prompt tokens, in percent.
     pub uncached_token_pct: f64,
+    /// Prompt blocks the best-holding worker had cached at each placement: what placement
+    /// could have hit, against what it did (`hits`).
+    pub reachable_hit_blocks: u64,
+    /// Time to first token of every placed request, µs (prefill queued per worker).
+    pub ttft_us: Vec<u64>,
 }
 
 impl SimReport {
+    /// The `q` quantile (0..=1) of the time to first token, in ms.
+    pub fn ttft_ms(&self, q: f64) -> f64 {
+        let mut sorted = self.ttft_us.clone();
+        sorted.sort_unstable();
+        let Some(last) = sorted.len().checked_sub(1) else {
+            return 0.0;
+        };
+        let at = ((last as f64) * q.clamp(0.0, 1.0)).round() as usize;
+        sorted[at.min(last)] as f64 / 1000.0
+    }
+
     /// Largest share of requests any worker received, in percent.
     pub fn max_share(&self) -> f64 {
         let total: u64 = self.per_worker.iter().sum();
@@ -420,7 +441,7 @@ fn new_router(config: &SimConfig) -> PoolRouter {
         PoolRole::Aggregated,
         RouterId(uuid::Uuid::from_u128(0x5157)),
     );
-    scheduler.selection = SelectionConfig::default();
+    scheduler.selection = config.selection;
     scheduler.seed = config.seed;
     let mut router = PoolRouter::new(
         PoolRouterConfig {
@@ -470,7 +491,11 @@ pub fn simulate(trace: &[TraceRequest], config: &SimConfig, policy: Policy) -> S
         not_admitted: 0,
         bookings_left: 0,
         uncached_token_pct: 0.0,
+        ttft_us: Vec::with_capacity(trace.len()),
+        reachable_hit_blocks: 0,
     };
+    // When each worker's prefill queue is next free, µs.
+    let mut prefill_free_at = vec![0u64; n];
     let (mut input_tokens, mut uncached_tokens) = (0u64, 0u64);
     let speedup = if config.speedup.is_finite() && config.speedup > 0.0 {
         config.speedup
@@ -510,6 +535,8 @@ pub fn simulate(trace: &[TraceRequest], config: &SimConfig, policy: Policy) -> S
 
         // The index must see exactly what each worker's cache holds.
         let overlap = reader.find_matches(&seqs);
+        report.reachable_hit_blocks +=
+            (0..n).map(|w| overlap.get(rank_of(w))).max().unwrap_or(0) as u64;
         for (w, cache) in caches.iter().enumerate() {
             if overlap.get(rank_of(w)) as usize != cache.prefix_hit(&request.hash_ids) {
                 report.index_disagreements += 1;
@@ -566,9 +593,14 @@ pub fn simulate(trace: &[TraceRequest], config: &SimConfig, policy: Policy) -> S
         let prefill_us =
             ms_to_us((request.input_length - cached) as f64 / config.prefill_tokens_per_ms);
         let decode_us = ms_to_us(request.output_length as f64 * config.decode_ms_per_token);
-        pending.push(Reverse((now + prefill_us, order, Step::PrefillDone, i)));
+        // Prefills run one after another on a worker: this one starts when the worker's
+        // earlier prefills are done.
+        let first_token_at = prefill_free_at[w].max(now) + prefill_us;
+        prefill_free_at[w] = first_token_at;
+        report.ttft_us.push(first_token_at - now);
+        pending.push(Reverse((first_token_at, order, Step::PrefillDone, i)));
         pending.push(Reverse((
-            now + prefill_us + decode_us,
+            first_token_at + decode_us,
             order + 1,
             Step::Release,
             i,

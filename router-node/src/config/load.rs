@@ -276,6 +276,7 @@ impl Config {
             prefill_load_scale: self.selection.prefill_load_scale,
             overlap_credit: self.selection.overlap_credit,
             temperature: self.selection.temperature,
+            count_booked_prefix: self.selection.count_booked_prefix,
         }
     }
 

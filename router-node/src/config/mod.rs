@@ -217,6 +217,7 @@ pub struct SelectionSection {
     pub prefill_load_scale: f64,
     pub overlap_credit: f64,
     pub temperature: f64,
+    pub count_booked_prefix: bool,
 }
 
 impl Default for SelectionSection {
@@ -226,6 +227,7 @@ impl Default for SelectionSection {
             prefill_load_scale: d.prefill_load_scale,
             overlap_credit: d.overlap_credit,
             temperature: d.temperature,
+            count_booked_prefix: d.count_booked_prefix,
         }
     }
 }
