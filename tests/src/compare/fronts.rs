@@ -136,18 +136,15 @@ impl Front {
         let url = format!("{}/v1/completions", self.url);
         let deadline = tokio::time::Instant::now() + UP_TIMEOUT;
         loop {
-            let last;
-            match http.post(&url).json(&body).send().await {
+            let last = match http.post(&url).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) => {
-                    last = format!(
-                        "HTTP {}: {}",
-                        r.status(),
-                        r.text().await.unwrap_or_default()
-                    )
-                }
-                Err(e) => last = e.to_string(),
-            }
+                Ok(r) => format!(
+                    "HTTP {}: {}",
+                    r.status(),
+                    r.text().await.unwrap_or_default()
+                ),
+                Err(e) => e.to_string(),
+            };
             if let Some(exited) = self.exited() {
                 return Err(exited);
             }

@@ -141,6 +141,7 @@ impl CompareOptions {
     /// The defaults of the command: the shipped conversation trace, 4 workers, speedup 10.
     pub fn new(out: impl Into<PathBuf>) -> Self {
         let root = workspace_root();
+        let root = root.canonicalize().unwrap_or(root);
         Self {
             trace: root.join("traces/conversation_trace.jsonl.gz"),
             block_tokens: 512,
