@@ -111,6 +111,7 @@ vllm_router_check() { "$VENV/bin/vllm-router" --help; }
 vllm_router_steps() { "${PIP[@]}" "vllm-router==$VLLM_ROUTER_VERSION"; }
 dynamo_check() { "$PY" -c 'import dynamo.frontend, dynamo.mocker'; }
 dynamo_steps() {
+  echo "install-peers: (pip then says aisimulate, kubernetes and redis are not installed: on purpose)" >&2
   "${PIP[@]}" --no-deps "ai-dynamo==$DYNAMO_VERSION" "ai-dynamo-runtime==$DYNAMO_VERSION" &&
     "${PIP[@]}" "${DYNAMO_REQUIREMENTS[@]}"
 }

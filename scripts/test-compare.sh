@@ -5,8 +5,9 @@
 # rate at least round robin's, a missing peer reported as such). About a minute.
 #
 # Then the same with SGLang's gateway, when it is installed (.tools/peers, from
-# scripts/install-peers.sh): CI does not download the peers unless asked,
-# SWITCHYARD_COMPARE_PEERS=1 installs the gateway first (a small wheel, cached afterwards).
+# scripts/install-peers.sh). The peers are never required: SWITCHYARD_COMPARE_PEERS=1 (which
+# .ci/run sets) installs the gateway first (one small wheel, seconds, cached afterwards); an
+# install that fails only skips that comparison.
 #
 # Needs nats-server and HAProxy (NATS_SERVER_BIN / HAPROXY_BIN, or scripts/install-nats.sh and
 # scripts/install-haproxy.sh, which scripts/test.sh runs first).
