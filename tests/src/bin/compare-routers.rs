@@ -20,7 +20,7 @@
 //! SIGTERM) stops the run and every process it started.
 //!
 //! Exit codes: 0 when every router that is installed ran, 3 when one failed, 2 for usage
-//! errors, 130 when stopped by a signal.
+//! errors (and a missing or outdated `router-node`), 130 when stopped by a signal.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -164,6 +164,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = switchyard_system_tests::support::try_router_node_bin() {
+        eprintln!("compare-routers: {e}");
+        return ExitCode::from(2);
+    }
     if let Err(e) = std::fs::create_dir_all(&opts.out) {
         eprintln!("compare-routers: cannot create {}: {e}", opts.out.display());
         return ExitCode::from(2);
