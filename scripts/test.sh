@@ -47,6 +47,12 @@ echo "== supply chain: licenses, bans, sources, advisories (scripts/check-deps.s
 ./scripts/check-deps.sh
 
 # Heavy suites last, after every fast one passed.
+if [ "${SWITCHYARD_SKIP_COMPARE:-}" = "1" ]; then
+  echo "== router comparison: skipped (SWITCHYARD_SKIP_COMPARE=1)"
+else
+  echo "== router comparison smoke (scripts/test-compare.sh)"
+  ./scripts/test-compare.sh
+fi
 if [ "${SWITCHYARD_SKIP_TRACE_BACKEND:-}" = "1" ]; then
   echo "== traces in a real backend: skipped (SWITCHYARD_SKIP_TRACE_BACKEND=1)"
 else

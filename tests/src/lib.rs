@@ -6,9 +6,10 @@
 //! This library is their [`support`] (finding the `router-node` binary, starting the
 //! processes on ports they pick themselves, stopping them and reading what they printed; the
 //! cluster harness: nats-server, replicas, simulated workers and HAProxy) and the scenarios
-//! that both a test and a command run: [`burst`] (`cluster-burst`) and [`faults`]
-//! (`cluster-faults`).
+//! that both a test and a command run: [`burst`] (`cluster-burst`), [`faults`]
+//! (`cluster-faults`) and [`compare`] (`compare-routers`).
 
 pub mod burst;
+pub mod compare;
 pub mod faults;
 pub mod support;

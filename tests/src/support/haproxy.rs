@@ -1,5 +1,6 @@
 //! A real HAProxy in front of router replicas, as an operator would run one: HTTP mode, round
-//! robin by default, one server per replica, each health-checked with `GET /ready` every
+//! robin by default, one server per replica, each health-checked with `GET /ready` (or another
+//! path: simulated workers answer `/health`) every
 //! 200 ms (down after 2 failures, up after 2 successes), a refused connection retried on
 //! another replica (`retries 2`, `option redispatch`), timeouts long enough for streams, and
 //! a stats page whose CSV tells which servers HAProxy sees up.
@@ -64,6 +65,8 @@ pub struct HaproxyConfig {
     pub rise: u32,
     /// Client and server inactivity timeouts: long, a stream may pause between tokens.
     pub stream_timeout: Duration,
+    /// The health check's path: `/ready` on replicas, `/health` on simulated workers.
+    pub check_uri: String,
 }
 
 impl Default for HaproxyConfig {
@@ -74,6 +77,7 @@ impl Default for HaproxyConfig {
             fall: 2,
             rise: 2,
             stream_timeout: Duration::from_secs(600),
+            check_uri: "/ready".to_owned(),
         }
     }
 }
@@ -92,19 +96,20 @@ impl HaproxyConfig {
             .collect();
         format!(
             "global\n    maxconn 4096\n\n\
-             defaults\n    mode http\n    timeout connect 2s\n    timeout client {stream}ms\n    \
+             defaults\n    mode http\n    option http-no-delay\n    timeout connect 2s\n    timeout client {stream}ms\n    \
              timeout server {stream}ms\n    timeout tunnel {stream}ms\n    \
              timeout http-request 30s\n    timeout http-keep-alive 10s\n    timeout queue 30s\n    \
              timeout check 1s\n\n\
              frontend switchyard\n    bind 127.0.0.1:{port}\n    default_backend {BACKEND}\n\n\
              backend {BACKEND}\n    balance {balance}\n    retries 2\n    option redispatch\n    \
              option httpchk\n    \
-             http-check send meth GET uri /ready\n    http-check expect status 200\n    \
+             http-check send meth GET uri {check_uri}\n    http-check expect status 200\n    \
              default-server check inter {inter}ms fall {fall} rise {rise}\n{servers}\n\
              frontend stats\n    bind 127.0.0.1:{stats_port}\n    stats enable\n    \
              stats uri /stats\n",
             stream = ms(self.stream_timeout),
             balance = self.balance,
+            check_uri = self.check_uri,
             inter = ms(self.check_every).max(1),
             fall = self.fall,
             rise = self.rise,

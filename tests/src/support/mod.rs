@@ -85,11 +85,14 @@ pub fn is_node_env(name: &str) -> bool {
 /// The `router-node` binary under test (see the module doc). Panics with the fix when there
 /// is none or it is older than the sources.
 pub fn router_node_bin() -> &'static Path {
+    try_router_node_bin().unwrap_or_else(|message| panic!("{message}"))
+}
+
+/// [`router_node_bin`] without the panic: the binary, or what is wrong with it and the fix
+/// (for a command to report before it starts anything).
+pub fn try_router_node_bin() -> Result<&'static Path, String> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BIN.get_or_init(locate) {
-        Ok(path) => path,
-        Err(message) => panic!("{message}"),
-    }
+    BIN.get_or_init(locate).as_deref().map_err(Clone::clone)
 }
 
 /// The workspace's root directory (this crate sits in `tests/`).

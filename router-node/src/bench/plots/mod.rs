@@ -16,6 +16,9 @@
 
 mod svg;
 
+/// Draws a [`Chart`] as SVG text (e.g. one made of several runs, as `compare-routers` does).
+pub use svg::render;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

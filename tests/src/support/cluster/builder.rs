@@ -52,6 +52,8 @@ pub struct ClusterBuilder {
     env: Vec<(String, String)>,
     /// More environment of the workers alone.
     worker_env: Vec<(String, String)>,
+    /// More arguments of every worker (e.g. `--tokenizer-config FILE`).
+    worker_args: Vec<String>,
     /// More environment of replica `i` alone.
     replica_env: Vec<(usize, String, String)>,
 }
@@ -70,6 +72,7 @@ impl Default for ClusterBuilder {
             haproxy: Some(HaproxyConfig::default()),
             env: Vec::new(),
             worker_env: Vec::new(),
+            worker_args: Vec::new(),
             replica_env: Vec::new(),
         }
     }
@@ -144,6 +147,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// More arguments of every worker, after the harness's own.
+    pub fn worker_args(mut self, args: &[&str]) -> Self {
+        self.worker_args
+            .extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
     /// An environment variable of replica `i` (from 0).
     pub fn replica_env(mut self, i: usize, name: &str, value: &str) -> Self {
         self.replica_env
@@ -200,6 +210,7 @@ impl ClusterBuilder {
             ]
             .iter()
             .map(|s| (*s).to_owned())
+            .chain(self.worker_args.iter().cloned())
             .collect();
             let (role, kv_blocks) = (*role, *kv_blocks);
             let env: Vec<(String, String)> =

@@ -1,0 +1,235 @@
+//! `compare-routers` as a user runs it. The fast tests (usage errors, the shared tokenizer)
+//! run with the workspace's tests; the comparisons themselves start fleets of processes and
+//! are ignored by default: `scripts/test-compare.sh` runs them after the fast suites (the
+//! SGLang gateway one only when the peers are installed, `scripts/install-peers.sh`).
+//!
+//! The smoke comparison replays a synthesised trace with heavy prefix sharing through HAProxy
+//! round robin and one Switchyard replica over the same fresh fleet: every request of each is
+//! ok, Switchyard's prefix hit rate is at least round robin's, a peer that is not installed is
+//! a row saying so, and the results (table, summary, combined plot, each bench JSON) are in
+//! the out dir.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use router_node::bench::prompt::WORDS;
+use router_node::frontend::{Prompter, Tokenizer};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+use switchyard_system_tests::support::{self, TempDir, workspace_root};
+
+fn compare(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_compare-routers"));
+    command.args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("compare-routers runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    let dir = TempDir::new("compare-usage");
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["--routers", "haproxy-rr,nginx"], "--routers"),
+        (vec!["--routers", ","], "--routers"),
+        (vec!["--speedup", "0"], "--speedup"),
+        (vec!["--trace", "/no/such/trace.jsonl"], "--trace"),
+        (vec!["--workers", "0"], "--workers"),
+        (vec!["--model-dir", "/no/such/dir"], "--model-dir"),
+    ] {
+        let mut all = args.clone();
+        all.extend(["--out", out]);
+        let run = compare(&all, &[]);
+        let stderr = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?} names {flag}: {stderr}");
+    }
+    let unknown = compare(&["--routers", "nginx", "--out", out], &[]);
+    assert!(
+        text(&unknown.stderr).contains("haproxy-rr, sglang-gateway, vllm-router, dynamo"),
+        "the known routers are listed: {}",
+        text(&unknown.stderr)
+    );
+    assert!(!Path::new(out).exists(), "nothing written on a usage error");
+}
+
+#[test]
+fn the_shared_tokenizer_has_one_token_per_word_of_bench_text_prompts() {
+    let dir = workspace_root().join("tests/data/word-tokenizer");
+    let listed = std::fs::read_to_string(dir.join("words.txt")).unwrap();
+    let listed: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        listed, WORDS,
+        "words.txt is bench's list (remake the model dir with scripts/make-word-tokenizer.py)"
+    );
+    let tokenizer = Tokenizer::huggingface(&dir.join("tokenizer.json")).unwrap();
+    let prompt = WORDS.join(" ");
+    let ids = tokenizer.encode(&prompt);
+    assert_eq!(ids.len(), WORDS.len(), "one token per word");
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), WORDS.len(), "a token of its own per word");
+    assert!(!ids.contains(&0), "no word is unknown ([UNK] is id 0)");
+    // Dynamo reads the same directory as a model directory; so can a node.
+    let model = Prompter::from_model_dir(&dir).unwrap();
+    assert_eq!(model.encode(&prompt), ids);
+}
+
+/// A trace where most prompt tokens are shared: 2 system prompts of 4 blocks, sessions of 4
+/// turns under each, 64 tokens a block.
+fn shared_prefix_trace(dir: &Path) -> String {
+    let trace = dir.join("shared.jsonl");
+    let trace = trace.to_str().unwrap().to_owned();
+    let synth = support::run(&[
+        "trace",
+        "synth",
+        "-o",
+        &trace,
+        "--system-prompts",
+        "2",
+        "--system-prompt-blocks",
+        "4",
+        "--sessions-per-prompt",
+        "8",
+        "--turns",
+        "4",
+        "--user-tokens",
+        "uniform:16:64",
+        "--output-tokens",
+        "16",
+        "--block-tokens",
+        "64",
+        "--rate",
+        "20",
+        "--concurrent-sessions",
+        "8",
+    ]);
+    assert!(synth.status.success(), "{}", text(&synth.stderr));
+    trace
+}
+
+fn rows(out: &Path) -> Vec<Value> {
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let summary: Value = serde_json::from_str(&summary).unwrap();
+    summary["rows"].as_array().unwrap().clone()
+}
+
+fn row<'a>(rows: &'a [Value], router: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["router"] == router)
+        .unwrap_or_else(|| panic!("no row for {router} in {rows:?}"))
+}
+
+/// Every request of `router` was sent and ok, and it reported a hit rate (returned).
+fn ran_clean(rows: &[Value], router: &str, requests: u64) -> f64 {
+    let r = row(rows, router);
+    assert_eq!(r["outcome"], "ran", "{r}");
+    assert_eq!(r["sent"], requests, "{r}");
+    assert_eq!(r["ok"], requests, "{r}");
+    assert_eq!(r["errors"], 0, "{r}");
+    assert_eq!(r["shed"], 0, "{r}");
+    assert!(r["ttft_p50_ms"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+    r["prefix_hit_pct"].as_f64().expect("a hit rate")
+}
+
+#[test]
+#[ignore = "starts two fleets; scripts/test-compare.sh runs it"]
+fn switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row() {
+    let dir = TempDir::new("compare");
+    let trace = shared_prefix_trace(dir.path());
+    let out = dir.path().join("out");
+    let no_peers = dir.path().join("no-peers");
+    let run = compare(
+        &[
+            "--trace",
+            &trace,
+            "--block-tokens",
+            "64",
+            "--speedup",
+            "2",
+            "--max-requests",
+            "60",
+            "--max-output-tokens",
+            "16",
+            "--routers",
+            "haproxy-rr,sglang-gateway,switchyard-1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("SWITCHYARD_PEERS_DIR", &no_peers)],
+    );
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    let rows = rows(&out);
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["router"].as_str()).collect();
+    assert_eq!(names, ["haproxy-rr", "sglang-gateway", "switchyard-1"]);
+
+    let round_robin = ran_clean(&rows, "haproxy-rr", 60);
+    let switchyard = ran_clean(&rows, "switchyard-1", 60);
+    assert!(
+        switchyard >= round_robin,
+        "switchyard {switchyard} % below round robin {round_robin} %\n{stdout}"
+    );
+    assert_eq!(row(&rows, "sglang-gateway")["outcome"], "not installed");
+    assert!(
+        stdout.contains("| sglang-gateway | not installed (scripts/install-peers.sh) |"),
+        "{stdout}"
+    );
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert_eq!(table, stdout, "the table printed is the one written");
+    for router in ["haproxy-rr", "switchyard-1"] {
+        assert!(
+            stdout.contains(&format!("| {router} | 60 | 60 | ")),
+            "{stdout}"
+        );
+        assert!(out.join(format!("{router}.json")).is_file());
+    }
+    let plot = std::fs::read_to_string(out.join("ttft-cdf.svg")).unwrap();
+    assert!(plot.contains("haproxy-rr") && plot.contains("switchyard-1"));
+    assert!(
+        !plot.contains("sglang-gateway"),
+        "no line for a router that did not run"
+    );
+}
+
+#[test]
+#[ignore = "needs SGLang's gateway (scripts/install-peers.sh); scripts/test-compare.sh runs it"]
+fn the_sglang_gateway_runs_on_the_same_fleet() {
+    let dir = TempDir::new("compare-sglang");
+    let trace = shared_prefix_trace(dir.path());
+    let out = dir.path().join("out");
+    let run = compare(
+        &[
+            "--trace",
+            &trace,
+            "--block-tokens",
+            "64",
+            "--speedup",
+            "2",
+            "--max-requests",
+            "60",
+            "--max-output-tokens",
+            "16",
+            "--routers",
+            "sglang-gateway",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    let hit = ran_clean(&rows(&out), "sglang-gateway", 60);
+    assert!(
+        hit > 0.0,
+        "the gateway's engines reported cached tokens: {stdout}"
+    );
+}
