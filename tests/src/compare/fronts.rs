@@ -267,7 +267,10 @@ async fn switchyard(router: Router, opts: &CompareOptions, toml: &Path) -> Resul
     let replicas = if router == Router::Switchyard3 { 3 } else { 1 };
     let args = engine_args(toml);
     let extra: Vec<&str> = args.iter().map(String::as_str).collect();
-    let tokenizer = std::fs::read_to_string(toml).map_err(|e| e.to_string())?;
+    // The replicas send the engines the token ids they computed (the engines tokenize
+    // exactly alike), as Dynamo's frontend does: a prompt is tokenized once, not twice.
+    let tokenizer =
+        std::fs::read_to_string(toml).map_err(|e| e.to_string())? + "forward_token_ids = true\n";
     let mut builder = ClusterBuilder::new()
         .replicas(replicas)
         .workers(Role::Agg, opts.workers, opts.kv_blocks)

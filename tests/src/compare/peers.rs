@@ -56,14 +56,17 @@ pub struct PeerProc {
 }
 
 impl PeerProc {
-    fn spawn(name: &str, mut command: Command, url: String) -> Self {
+    /// Starts it; a peer that cannot start (e.g. a venv whose interpreter moved) is an error
+    /// telling to reinstall.
+    fn spawn(name: &str, mut command: Command, url: String) -> Result<Self, String> {
         command.process_group(0);
-        let proc = Proc::spawn_command(name, command);
-        Self {
+        let proc = Proc::try_spawn_command(name, command)
+            .map_err(|e| format!("{e}; reinstall with scripts/install-peers.sh"))?;
+        Ok(Self {
             pgid: proc.id(),
             proc: Mutex::new(Some(proc)),
             url,
-        }
+        })
     }
 
     /// Where it serves (`http://127.0.0.1:<port>`).
@@ -138,7 +141,7 @@ pub fn start_gateway(router: Router, dir: &Path, workers: &[String]) -> Result<P
         .arg("--worker-urls")
         .args(workers);
     let url = format!("http://127.0.0.1:{port}");
-    Ok(PeerProc::spawn(router.name(), command, url))
+    PeerProc::spawn(router.name(), command, url)
 }
 
 /// Dynamo without etcd or NATS: file discovery under `state`, TCP requests, ZMQ events, every
@@ -180,7 +183,7 @@ pub async fn start_dynamo(
         .args(["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"])
         .args(["--enable-prefix-caching", "--enable-chunked-prefill"]);
     dynamo_env(&mut mocker, state);
-    let engines = PeerProc::spawn("dynamo.mocker", mocker, String::new());
+    let engines = PeerProc::spawn("dynamo.mocker", mocker, String::new())?;
     wait_engines(&engines, state, opts.workers).await?;
 
     let port = free_port();
@@ -190,7 +193,7 @@ pub async fn start_dynamo(
         .args(["--http-host", "127.0.0.1", "--http-port", &port.to_string()]);
     dynamo_env(&mut frontend, state);
     let url = format!("http://127.0.0.1:{port}");
-    Ok((engines, PeerProc::spawn("dynamo.frontend", frontend, url)))
+    Ok((engines, PeerProc::spawn("dynamo.frontend", frontend, url)?))
 }
 
 /// Waits until `n` engines have registered their `generate` endpoint in the file discovery.

@@ -54,13 +54,24 @@ impl Proc {
     }
 
     /// Spawns any `command` (e.g. HAProxy) with its output collected like a node's.
-    pub fn spawn_command(name: &str, mut command: Command) -> Self {
+    pub fn spawn_command(name: &str, command: Command) -> Self {
+        Self::try_spawn_command(name, command).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::spawn_command`], with a command that cannot be started (a missing program, or a
+    /// script whose interpreter is gone) as an error naming it.
+    pub fn try_spawn_command(name: &str, mut command: Command) -> Result<Self, String> {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+            .map_err(|e| {
+                format!(
+                    "cannot start {name} ({}): {e}",
+                    command.get_program().to_string_lossy()
+                )
+            })?;
         let (tx, lines) = mpsc::channel();
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -71,14 +82,14 @@ impl Proc {
         if let Some(err) = child.stderr.take() {
             readers.push(read_lines(err, Arc::clone(&stderr), tx));
         }
-        Self {
+        Ok(Self {
             name: name.to_owned(),
             child,
             lines,
             stdout,
             stderr,
             readers,
-        }
+        })
     }
 
     pub fn id(&self) -> u32 {
