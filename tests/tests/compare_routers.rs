@@ -27,6 +27,31 @@ fn compare(args: &[&str], env: &[(&str, &Path)]) -> Output {
     command.output().expect("compare-routers runs")
 }
 
+/// The smoke run: the first 60 lines of `trace` (64 positions per hash id) at speedup 2, 16
+/// output tokens each, through `routers`.
+fn smoke(trace: &str, routers: &str, out: &Path, env: &[(&str, &Path)]) -> Output {
+    let out = out.to_str().expect("a UTF-8 temporary path");
+    compare(
+        &[
+            "--trace",
+            trace,
+            "--block-tokens",
+            "64",
+            "--speedup",
+            "2",
+            "--max-requests",
+            "60",
+            "--max-output-tokens",
+            "16",
+            "--routers",
+            routers,
+            "--out",
+            out,
+        ],
+        env,
+    )
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -147,23 +172,10 @@ fn switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row() {
     let trace = shared_prefix_trace(dir.path());
     let out = dir.path().join("out");
     let no_peers = dir.path().join("no-peers");
-    let run = compare(
-        &[
-            "--trace",
-            &trace,
-            "--block-tokens",
-            "64",
-            "--speedup",
-            "2",
-            "--max-requests",
-            "60",
-            "--max-output-tokens",
-            "16",
-            "--routers",
-            "haproxy-rr,sglang-gateway,switchyard-1",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let run = smoke(
+        &trace,
+        "haproxy-rr,sglang-gateway,switchyard-1",
+        &out,
         &[("SWITCHYARD_PEERS_DIR", &no_peers)],
     );
     let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
@@ -206,25 +218,7 @@ fn the_sglang_gateway_runs_on_the_same_fleet() {
     let dir = TempDir::new("compare-sglang");
     let trace = shared_prefix_trace(dir.path());
     let out = dir.path().join("out");
-    let run = compare(
-        &[
-            "--trace",
-            &trace,
-            "--block-tokens",
-            "64",
-            "--speedup",
-            "2",
-            "--max-requests",
-            "60",
-            "--max-output-tokens",
-            "16",
-            "--routers",
-            "sglang-gateway",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let run = smoke(&trace, "sglang-gateway", &out, &[]);
     let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
     assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
     let hit = ran_clean(&rows(&out), "sglang-gateway", 60);
