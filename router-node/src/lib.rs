@@ -13,6 +13,7 @@
 //! - `metrics`: the node's Prometheus metrics: declarations, the frontend's recording, and
 //!   the scrape-time reading of the node's actors.
 //! - `report`: latency percentiles and the per-class table of the bench and demo reports.
+//! - `runtime`: the tokio runtime a command starts (exit code 1, said on stderr, when it cannot).
 //! - `serve`: `router-node serve`: config → telemetry → bus → node → frontend → drain.
 //! - `sse`: reading an OpenAI SSE stream (content chunks, usage) for the proxy's metrics and
 //!   the load generators.
@@ -31,6 +32,7 @@ pub mod link;
 pub mod loadgen;
 pub mod metrics;
 pub mod report;
+pub mod runtime;
 pub mod serve;
 pub mod sse;
 pub mod telemetry;

@@ -140,15 +140,9 @@ pub fn run(args: &LinkArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("router-node link: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+    let runtime = match crate::runtime::start("router-node link") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
     };
     match runtime.block_on(serve(args, config)) {
         Ok(()) => ExitCode::SUCCESS,

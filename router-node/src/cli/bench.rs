@@ -188,15 +188,9 @@ pub fn run(args: BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match router_node::runtime::start("router-node bench") {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("router-node bench: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(async { bench::run_until(&opts, stop_signal()).await }) {
         Ok(report) => {

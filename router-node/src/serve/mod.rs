@@ -67,8 +67,6 @@ pub enum ServeError {
     Client(String),
     #[error("serving HTTP: {0}")]
     Http(std::io::Error),
-    #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
 }
 
 impl ServeError {
@@ -279,15 +277,9 @@ pub fn main(config_path: Option<&Path>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime::start("router-node serve") {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("router-node serve: {}", ServeError::Runtime(e));
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let guard = match telemetry::init(&config.telemetry) {

@@ -69,15 +69,9 @@ fn main() -> ExitCode {
         eprintln!("cluster-burst: --speedup must be a positive number");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match router_node::runtime::start("cluster-burst") {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("cluster-burst: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(run(args))
 }

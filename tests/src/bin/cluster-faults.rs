@@ -107,15 +107,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match router_node::runtime::start("cluster-faults") {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("cluster-faults: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let mut broken = 0;
     for scenario in scenarios {

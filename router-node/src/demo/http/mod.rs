@@ -70,15 +70,9 @@ pub struct HttpOptions {
 
 /// Runs the demo on its own runtime; the exit code follows `cli`'s convention.
 pub fn main(opts: &HttpOptions) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match router_node::runtime::start("router-node demo") {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("router-node demo: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         // Warnings only on stderr (the report is the output); spans when the standard
