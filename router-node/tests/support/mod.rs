@@ -267,7 +267,6 @@ pub async fn spawn_node_tuned(
         limits,
         ready_rx,
     )
-    .unwrap()
     .with_models(["stand-in".to_owned()])
     .with_prompter(prompter);
     let state = tune(state);
