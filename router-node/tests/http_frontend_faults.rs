@@ -250,6 +250,7 @@ async fn health_fails_once_the_nodes_supervisor_has_escalated() {
         Limits::default(),
         node.ready(),
     )
+    .unwrap()
     .with_alive(node.alive());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/health", listener.local_addr().unwrap());
@@ -313,6 +314,7 @@ async fn health_fails_naming_a_required_actor_that_is_gone_and_not_restarted() {
         Limits::default(),
         node.ready(),
     )
+    .unwrap()
     .with_alive(node.alive());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/health", listener.local_addr().unwrap());

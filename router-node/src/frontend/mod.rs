@@ -32,8 +32,7 @@
 //! `pretokenize.rs` (split patterns on regex-automata), `o200k.rs` (the default encoding
 //! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
 //! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
-//! template), `chat_template.rs`, `upstream.rs` (the upstream legs' HTTP client: hyper's,
-//! pooled), `upstream_url.rs` (the workers' route URLs, parsed once).
+//! template), `chat_template.rs`, `upstream_url.rs` (the workers' route URLs, parsed once).
 
 mod admin;
 mod admit;
@@ -59,7 +58,6 @@ mod proxy;
 mod server;
 mod split;
 mod tokenizer;
-mod upstream;
 mod upstream_url;
 
 pub use crate::metrics::Metrics;
@@ -80,7 +78,6 @@ pub use proxy::BookingGuard;
 pub use server::{ConnectionLimits, serve_app};
 pub use split::{SPLIT_MIN_BYTES, pieces};
 pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
-pub use upstream::{UpstreamClient, UpstreamError};
 
 use crate::auth::KeyStore;
 use axum::Router;
@@ -130,8 +127,7 @@ pub struct AppState {
     /// How the two legs of a disaggregated request meet (vLLM or SGLang, see `disagg`).
     pub convention: DisaggConvention,
     pub directory: Arc<dyn WorkerDirectory>,
-    /// The HTTP client of the upstream legs.
-    pub http: UpstreamClient,
+    pub http: reqwest::Client,
     /// The workers' route URLs, parsed once per endpoint.
     pub(crate) upstream_urls: Arc<upstream_url::UpstreamUrls>,
     pub metrics: Arc<Metrics>,
@@ -177,21 +173,21 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// A state with fresh metrics and an upstream client built from `limits`.
+    /// A state with fresh metrics and an HTTP client built from `limits`.
     pub fn new(
         router: RouterHandle,
         directory: Arc<dyn WorkerDirectory>,
         profile: PolicyProfile,
         limits: Limits,
         ready: watch::Receiver<bool>,
-    ) -> Self {
-        Self {
+    ) -> reqwest::Result<Self> {
+        Ok(Self {
             permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
             decode: None,
             convention: DisaggConvention::default(),
             directory,
-            http: limits.http_client(),
+            http: limits.http_client()?,
             upstream_urls: Arc::default(),
             metrics: Arc::new(Metrics::new()),
             limits: Arc::new(limits),
@@ -205,7 +201,7 @@ impl AppState {
             bus_connected: None,
             breaker: Arc::new(breaker::WorkerBreaker::default()),
             auth: None,
-        }
+        })
     }
 
     /// Requires an API key of `keys` on the OpenAI routes (and `/v1/models`).

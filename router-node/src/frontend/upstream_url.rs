@@ -4,7 +4,7 @@
 //! truth: an entry is used only while the directory still gives the same base URL, so a
 //! worker that moved is parsed again.
 
-use axum::http::Uri;
+use reqwest::Url;
 use router_core::WorkerId;
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -20,7 +20,7 @@ type Route = (WorkerId, &'static str);
 #[derive(Debug, Default)]
 pub(crate) struct UpstreamUrls {
     /// (worker, route path) → (the base URL it was built from, the parsed URL).
-    parsed: RwLock<HashMap<Route, (String, Uri)>>,
+    parsed: RwLock<HashMap<Route, (String, Url)>>,
 }
 
 impl UpstreamUrls {
@@ -31,7 +31,7 @@ impl UpstreamUrls {
         worker: WorkerId,
         base: &str,
         path: &'static str,
-    ) -> Result<Uri, String> {
+    ) -> Result<Url, String> {
         let key = (worker, path);
         if let Ok(parsed) = self.parsed.read()
             && let Some((known, url)) = parsed.get(&key)
@@ -39,12 +39,8 @@ impl UpstreamUrls {
         {
             return Ok(url.clone());
         }
-        let url: Uri = format!("{}{path}", base.trim_end_matches('/'))
-            .parse()
+        let url = Url::parse(&format!("{}{path}", base.trim_end_matches('/')))
             .map_err(|e| format!("endpoint {base:?} is not a URL: {e}"))?;
-        if url.scheme_str() != Some("http") || url.host().is_none() {
-            return Err(format!("endpoint {base:?} is not an http:// URL"));
-        }
         if let Ok(mut parsed) = self.parsed.write() {
             if parsed.len() >= MAX_ENTRIES {
                 parsed.clear();
@@ -65,26 +61,25 @@ mod tests {
         let path = "/v1/completions";
         let first = urls.get(WorkerId(1), "http://127.0.0.1:8000/", path);
         assert_eq!(
-            first.map(|u| u.to_string()).as_deref(),
+            first.map(String::from).as_deref(),
             Ok("http://127.0.0.1:8000/v1/completions")
         );
         let again = urls.get(WorkerId(1), "http://127.0.0.1:8000/", path);
         assert_eq!(
-            again.map(|u| u.to_string()).as_deref(),
+            again.map(String::from).as_deref(),
             Ok("http://127.0.0.1:8000/v1/completions")
         );
         // The worker moved: the directory's new base wins over the cached one.
         let moved = urls.get(WorkerId(1), "http://10.0.0.7:9000", path);
         assert_eq!(
-            moved.map(|u| u.to_string()).as_deref(),
+            moved.map(String::from).as_deref(),
             Ok("http://10.0.0.7:9000/v1/completions")
         );
         let chat = urls.get(WorkerId(1), "http://10.0.0.7:9000", "/v1/chat/completions");
         assert_eq!(
-            chat.map(|u| u.to_string()).as_deref(),
+            chat.map(String::from).as_deref(),
             Ok("http://10.0.0.7:9000/v1/chat/completions")
         );
         assert!(urls.get(WorkerId(2), "not a url", path).is_err());
-        assert!(urls.get(WorkerId(2), "https://tls.example", path).is_err());
     }
 }

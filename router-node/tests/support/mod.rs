@@ -267,6 +267,7 @@ pub async fn spawn_node_tuned(
         limits,
         ready_rx,
     )
+    .unwrap()
     .with_models(["stand-in".to_owned()])
     .with_prompter(prompter);
     let state = tune(state);

@@ -10,7 +10,6 @@ use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
 use crate::frontend::proxy::{Target, upstream_call, upstream_status, worker_failed};
-use crate::frontend::upstream::UpstreamCall;
 use axum::http::HeaderMap;
 use futures::StreamExt;
 use router_core::WorkerId;
@@ -93,7 +92,7 @@ pub(in crate::frontend) fn prefill_call(
     client_headers: &HeaderMap,
     body: Vec<u8>,
     leg: &tracing::Span,
-) -> Result<UpstreamCall, ApiError> {
+) -> Result<reqwest::RequestBuilder, ApiError> {
     upstream_call(
         state,
         request,
@@ -109,7 +108,7 @@ pub(in crate::frontend) fn prefill_call(
 /// is counted against its worker, and so is its failure. The future owns what it needs.
 pub(in crate::frontend) fn prefill_answer(
     state: &AppState,
-    call: UpstreamCall,
+    call: reqwest::RequestBuilder,
     worker: WorkerId,
 ) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send + 'static {
     let metrics = state.metrics.clone();
@@ -126,7 +125,7 @@ pub(in crate::frontend) fn prefill_answer(
 }
 
 async fn read_prefill(
-    call: UpstreamCall,
+    call: reqwest::RequestBuilder,
     worker: WorkerId,
     limit: usize,
 ) -> Result<Vec<u8>, ApiError> {
