@@ -75,16 +75,14 @@ async fn openai(
     // future when the client goes away: `cancelled`).
     let mut observer = RequestObserver::new(state.metrics.clone());
     let deadline = Deadline::after(state.limits.request_timeout);
-    // Boxed once here: the handler's state is kilobytes, and unboxed it would be copied at
-    // every move on its way into the server's boxed future (the timeout, the span, axum).
-    let handled = Box::pin(handle_openai(
+    let handled = handle_openai(
         state.clone(),
         endpoint,
         headers,
         body,
         deadline,
         &mut observer,
-    ));
+    );
     let response = match tokio::time::timeout_at(deadline.at, handled)
         .instrument(span.clone())
         .await
@@ -265,9 +263,7 @@ async fn admit_and_forward(
             headers,
             permit,
         };
-        // Boxed: the two-leg path's state is several kilobytes, which every aggregated
-        // request's future would otherwise carry (and copy at each move).
-        return Box::pin(super::disagg::admit_and_forward(state, decode, d, observer)).await;
+        return super::disagg::admit_and_forward(state, decode, d, observer).await;
     }
     // A worker that refuses the connection gets the request placed once more, elsewhere;
     // nothing reached the client yet. Ejected workers are avoided from the start.

@@ -81,11 +81,8 @@ impl Default for Limits {
 
 impl Limits {
     /// An HTTP client for the upstream workers under these limits (no TLS, HTTP/1 and h2).
-    /// A worker's redirect is not followed: its status is the answer (a proxy does not let
-    /// an upstream send it elsewhere).
     pub fn http_client(&self) -> reqwest::Result<reqwest::Client> {
         reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(self.connect_timeout)
             .read_timeout(self.read_timeout)
             .pool_max_idle_per_host(64)

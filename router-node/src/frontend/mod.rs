@@ -32,7 +32,7 @@
 //! `pretokenize.rs` (split patterns on regex-automata), `o200k.rs` (the default encoding
 //! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
 //! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
-//! template), `chat_template.rs`, `upstream_url.rs` (the workers' route URLs, parsed once).
+//! template), `chat_template.rs`.
 
 mod admin;
 mod admit;
@@ -58,7 +58,6 @@ mod proxy;
 mod server;
 mod split;
 mod tokenizer;
-mod upstream_url;
 
 pub use crate::metrics::Metrics;
 pub use admin::{AdminToken, admin_app};
@@ -128,8 +127,6 @@ pub struct AppState {
     pub convention: DisaggConvention,
     pub directory: Arc<dyn WorkerDirectory>,
     pub http: reqwest::Client,
-    /// The workers' route URLs, parsed once per endpoint.
-    pub(crate) upstream_urls: Arc<upstream_url::UpstreamUrls>,
     pub metrics: Arc<Metrics>,
     pub limits: Arc<Limits>,
     /// The pool's policy profile: the classifiers, class names for metric labels and error
@@ -188,7 +185,6 @@ impl AppState {
             convention: DisaggConvention::default(),
             directory,
             http: limits.http_client()?,
-            upstream_urls: Arc::default(),
             metrics: Arc::new(Metrics::new()),
             limits: Arc::new(limits),
             profile: Arc::new(profile),

@@ -181,12 +181,7 @@ pub(super) fn upstream_call(
         .directory
         .endpoint(worker)
         .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let url = state
-        .upstream_urls
-        .get(worker, &base, request.endpoint.path())
-        .map_err(|e| {
-            ApiError::upstream(Stage::Dispatch, "upstream_send", format!("{worker}: {e}"))
-        })?;
+    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
     leg.record("url", url.as_str());
     let call = state
         .http
@@ -238,13 +233,11 @@ async fn forward_leg(
             None => break None,
         }
     };
-    if first.is_some() {
+    if let Some(first) = &first {
         guard.prefill_done();
+        observer.chunk(first);
     }
     if request.stream {
-        if let Some(first) = &first {
-            observer.chunk(first);
-        }
         let relay = Relay {
             first,
             upstream,
