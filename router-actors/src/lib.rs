@@ -19,6 +19,8 @@
 //! - `worker_link`: the worker side (simulated engines): heartbeat announcements and KV events.
 //! - `edge`: subscription → decoded, typed actor messages through a bounded, counted inbox.
 //! - `lag`: the peer-sync lag histogram (publication to application) and its summary.
+//! - `vigil`: notices that the node itself did not run for a while (a paused VM, SIGSTOP), so
+//!   that the registry and peer sync extend their leases instead of expiring everyone.
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
@@ -39,6 +41,7 @@ pub mod router;
 pub mod supervisor;
 #[cfg(feature = "testsuite")]
 pub mod testkit;
+mod vigil;
 pub mod wire;
 pub mod worker_link;
 

@@ -669,3 +669,45 @@ async fn an_endpoint_outside_the_allow_list_is_refused_and_never_routed_to() {
         Ok(7)
     );
 }
+
+/// The whole machine stops for ten leases (a paused VM: nothing runs, the clock goes on). When
+/// it runs again the worker is kept: its announcements could not be heard meanwhile. Silent
+/// afterwards, it still leaves within one lease of listening.
+#[tokio::test(start_paused = true)]
+async fn a_stop_of_the_node_is_not_a_silent_worker() {
+    let bus = local();
+    let subjects = Subjects::new(CLUSTER);
+    let router = spawn_router(PoolRole::Aggregated).await;
+    let registry = spawn_registry(&bus, vec![(PoolRole::Aggregated, router.clone())]).await;
+    let subject = subjects.announce(PoolRole::Aggregated);
+    let mut outbox = Outbox::new(CLUSTER, Uuid::from_u128(7));
+    let payload = outbox
+        .seal(
+            &subject,
+            announce(spec(1, 1, 1000), PoolRole::Aggregated, 1000),
+        )
+        .expect("encodes");
+    bus.publish(subject.clone(), payload)
+        .await
+        .expect("published");
+    settle(&bus).await;
+    assert_eq!(ranks(&router).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    settle(&bus).await;
+    let snap = registry.observe().await.expect("registry alive");
+    assert_eq!(snap.workers.len(), 1, "expired by a stop of the node");
+    assert_eq!(
+        (snap.counters.expired, snap.counters.leases_kept_stopped),
+        (0, 1)
+    );
+    assert_eq!(ranks(&router).await.len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(1001)).await;
+    settle(&bus).await;
+    let snap = registry.observe().await.expect("registry alive");
+    assert!(snap.workers.is_empty(), "{snap:?}");
+    assert_eq!(snap.counters.expired, 1);
+    assert!(ranks(&router).await.is_empty());
+}

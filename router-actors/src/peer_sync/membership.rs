@@ -1,13 +1,37 @@
 //! Who the peers are: a peer that says goodbye is dropped at once, this router says goodbye
-//! when its node stops, and the live peer set is published for the router's room credits.
+//! when its node stops, peers' leases count only the time this node was running (see
+//! `crate::vigil`), and the live peer set is published for the router's room credits.
 
 use super::state::PeerSyncState;
 use crate::router::RouterMsg;
 use crate::wire::BookingMsg;
 use router_core::RouterId;
 use std::time::Duration;
+use tokio::time::Instant;
 
 impl PeerSyncState {
+    /// The actor runs at `now`: after a stop of this node (nothing ran, so no peer could be
+    /// heard), every peer's lease is extended by the time it was stopped.
+    pub(super) fn running(&mut self, now: Instant) {
+        let Some(stopped) = self.vigil.ran(now) else {
+            return;
+        };
+        if self.peers.is_empty() {
+            return;
+        }
+        self.counters.leases_kept_stopped += 1;
+        tracing::warn!(
+            pool = ?self.pool,
+            stopped_ms = u64::try_from(stopped.as_millis()).unwrap_or(u64::MAX),
+            peers = self.peers.len(),
+            "this node did not run for a while (a paused VM or process, a starved machine): \
+             peers' leases extended by that long, not run out"
+        );
+        for peer in self.peers.values_mut() {
+            peer.last_seen = (peer.last_seen + stopped).min(now);
+        }
+    }
+
     /// A peer said goodbye (it is stopping): drop it and everything it holds at once.
     pub(super) fn peer_left(&mut self, owner: RouterId) {
         if self.peers.remove(&owner).is_none() {

@@ -251,6 +251,7 @@ impl Actor for PeerSyncActor {
         msg: PeerSyncMsg,
         state: &mut PeerSyncState,
     ) -> Result<(), ActorProcessingErr> {
+        state.running(tokio::time::Instant::now());
         match msg {
             PeerSyncMsg::OwnDeltas(batch, done) => {
                 state.own_deltas(batch).await;

@@ -38,6 +38,9 @@ pub struct PeerSyncCounters {
     pub goodbyes: u64,
     /// Times this router's bus connection was seen down (peers are not expired meanwhile).
     pub bus_outages: u64,
+    /// Times this node was found to have been stopped (nothing ran: a paused VM or process,
+    /// a starved machine) while it had peers: their leases were extended by the stop.
+    pub leases_kept_stopped: u64,
     /// Given up on: encode failures, deferred heartbeats or answers over the cap, repair
     /// buffer overflow (the repair then repeats).
     pub dropped: u64,

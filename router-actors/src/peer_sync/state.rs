@@ -7,6 +7,7 @@ use super::{MAX_DELTAS_PER_MESSAGE, PeerSyncArgs, PeerSyncConfig, PeerSyncMsg};
 use crate::bus::{Bus, BusMessage};
 use crate::router::{OwnDelta, OwnState, RouterHandle, RouterMsg};
 use crate::supervisor::OwnedTasks;
+use crate::vigil::Vigil;
 use crate::wire::{
     self, BookingDelta, BookingMsg, Digest, Envelope, Outbox, SeqTracker, SnapshotReply,
     SnapshotRequest, WIRE_VERSION, WireCounters,
@@ -72,7 +73,7 @@ pub struct PeerSyncState {
     cluster: String,
     pub(super) bookings_subject: String,
     pub(super) snapshot_subject: String,
-    pool: PoolRole,
+    pub(super) pool: PoolRole,
     pub(super) me: RouterId,
     pub(super) router: RouterHandle,
     pub(super) config: PeerSyncConfig,
@@ -93,6 +94,8 @@ pub struct PeerSyncState {
     pub(super) tasks: OwnedTasks,
     /// When this router's bus connection was first seen down (`None`: up).
     bus_down_since: Option<Instant>,
+    /// Notices when this node did not run (peers' leases count only the time it listened).
+    pub(super) vigil: Vigil,
 }
 
 impl std::fmt::Debug for PeerSyncState {
@@ -123,6 +126,7 @@ impl PeerSyncState {
                 (*id, peer)
             })
             .collect();
+        let heartbeat_every = args.config.heartbeat_every;
         Self {
             bus: args.bus,
             cluster: args.subjects.cluster().to_owned(),
@@ -145,6 +149,7 @@ impl PeerSyncState {
             wire: WireCounters::default(),
             tasks: OwnedTasks::default(),
             bus_down_since: None,
+            vigil: Vigil::new(heartbeat_every, Instant::now()),
         }
     }
 

@@ -44,6 +44,7 @@ use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
 use crate::router::RouterHandle;
 use crate::supervisor::OwnedTasks;
+use crate::vigil::{VIGIL_EVERY, Vigil};
 use crate::wire::{Envelope, Subjects, WorkerAnnounce, WorkerLoad};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::{PoolRole, WorkerId};
@@ -51,6 +52,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +137,9 @@ pub struct RegistryCounters {
     /// Lease sweeps that found this node's bus connection down: leases were renewed instead
     /// (a silent bus is no evidence that a worker is gone).
     pub leases_kept_bus_down: u64,
+    /// Times this node was found to have been stopped (nothing ran: a paused VM or process,
+    /// a starved machine) while it held leases: they were extended by the stop's length.
+    pub leases_kept_stopped: u64,
     /// Workers that said they were leaving (removed at once).
     pub left: u64,
     /// Engine load reports kept, and those naming no known worker (or an older incarnation).
@@ -262,6 +267,7 @@ impl Actor for WorkerRegistryActor {
             bus: Arc::clone(&args.bus),
             allowed_endpoints: args.allowed_endpoints,
             warned: std::collections::HashSet::new(),
+            vigil: Vigil::new(VIGIL_EVERY, Instant::now()),
         };
         state.after_change(&myself);
         Ok(state)
@@ -273,6 +279,7 @@ impl Actor for WorkerRegistryActor {
         msg: RegistryMsg,
         state: &mut RegistryState,
     ) -> Result<(), ActorProcessingErr> {
+        state.running(Instant::now());
         match msg {
             RegistryMsg::Announce {
                 subject_pool,

@@ -9,6 +9,7 @@ use super::{
 use crate::edge::Inbox;
 use crate::router::RouterHandle;
 use crate::supervisor::OwnedTasks;
+use crate::vigil::{VIGIL_EVERY, Vigil};
 use crate::wire::{Envelope, SeqEvent, SeqTracker, WorkerAnnounce, WorkerLoad, pool_token};
 use ractor::concurrency::JoinHandle as TimerHandle;
 use ractor::{ActorRef, MessagingErr};
@@ -57,6 +58,8 @@ pub struct RegistryState {
     pub(super) allowed_endpoints: Arc<super::EndpointAllowList>,
     /// Refused (worker, endpoint) pairs already logged (bounded by [`WARNED_CAP`]).
     pub(super) warned: HashSet<(WorkerId, String)>,
+    /// Notices when this node did not run (leases count only the time it was listening).
+    pub(super) vigil: Vigil,
 }
 
 /// Refused endpoints remembered so that each is logged once, not at every heartbeat; past
@@ -236,6 +239,29 @@ impl RegistryState {
         }
     }
 
+    /// The actor runs at `now`: after a stop of this node (nothing ran, so nothing could be
+    /// heard), every lease is extended by the time it was stopped.
+    pub(super) fn running(&mut self, now: Instant) {
+        let Some(stopped) = self.vigil.ran(now) else {
+            return;
+        };
+        if self.workers.is_empty() {
+            return;
+        }
+        self.counters.leases_kept_stopped += 1;
+        tracing::warn!(
+            stopped_ms = u64::try_from(stopped.as_millis()).unwrap_or(u64::MAX),
+            workers = self.workers.len(),
+            "this node did not run for a while (a paused VM or process, a starved machine): \
+             worker leases extended by that long, not run out"
+        );
+        self.deadlines.clear();
+        for (key, entry) in &mut self.workers {
+            entry.expires += stopped;
+            self.deadlines.insert((entry.expires, *key));
+        }
+    }
+
     /// Every worker's lease starts again at `now`.
     fn renew_all(&mut self, now: Instant) {
         self.deadlines.clear();
@@ -302,7 +328,11 @@ impl RegistryState {
                 changed
             });
         }
-        let next = self.deadlines.first().map(|(at, _)| *at);
+        // Woken at least every VIGIL_EVERY while it holds leases, to notice its own stops.
+        let next = self
+            .deadlines
+            .first()
+            .map(|(at, _)| (*at).min(Instant::now() + VIGIL_EVERY));
         match (next, &self.armed) {
             (Some(at), Some((armed_at, _))) if *armed_at <= at => {}
             (Some(at), _) => {

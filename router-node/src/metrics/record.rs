@@ -190,6 +190,12 @@ fn peer_sync(f: &NodeFamilies, pool: PoolRole, snapshot: &PeerSyncSnapshot) {
         .inc_by(counters.expired_peers);
     f.peer_goodbyes.get_or_create(&l).inc_by(counters.goodbyes);
     f.bus_outages.get_or_create(&l).inc_by(counters.bus_outages);
+    f.leases_kept_stopped
+        .get_or_create(&labels([
+            ("component", "peer_sync"),
+            ("pool", pool_label(pool)),
+        ]))
+        .inc_by(counters.leases_kept_stopped);
     f.bus_connected
         .get_or_create(&l)
         .set(i64::from(snapshot.bus_connected));
@@ -252,6 +258,9 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
         }
     }
     let c = &snapshot.counters;
+    f.leases_kept_stopped
+        .get_or_create(&labels([("component", "registry"), ("pool", "all")]))
+        .inc_by(c.leases_kept_stopped);
     for (reason, value) in [
         ("endpoint_not_allowed", c.endpoint_refused),
         ("invalid_spec", c.invalid_spec),

@@ -253,3 +253,39 @@ pub(super) async fn queued_deltas_go_out_batched_and_a_heartbeat_between_them_st
     assert_eq!((c.digest_mismatches, c.gaps), (0, 0), "{c:?}");
     assert_converged(&[&a, &b]).await;
 }
+
+/// The whole machine stops for longer than a lease (a paused VM: nothing runs, the clock goes
+/// on). When it runs again, the peer is kept with its bookings (its heartbeats could not be
+/// heard, nor sent); a peer that is really gone still expires within a lease of listening.
+#[tokio::test(start_paused = true)]
+async fn a_stop_of_the_whole_machine_is_not_a_silent_peer() {
+    let bus: Arc<dyn Bus> = Arc::new(crate::bus::local::LocalBus::new());
+    let lease = config().lease;
+    let beat = config().heartbeat_every;
+    let a = start_node(bus.clone(), 1).await;
+    let mut b = start_node(bus.clone(), 2).await;
+    sleep_ms(400).await;
+    for seed in 0..3 {
+        b.book(2, seed).await;
+    }
+    sleep_ms(700).await;
+    assert_eq!(a.held(b.id).await.bookings.len(), 3);
+
+    // Every timer of both nodes fires only after the stop, at once.
+    tokio::time::advance(lease * 3).await;
+    sleep_ms(1).await;
+    let s = a.observe().await;
+    assert_eq!((s.counters.expired_peers, s.peers.len()), (0, 1), "{s:?}");
+    assert_eq!(s.counters.leases_kept_stopped, 1);
+    assert_eq!(a.held(b.id).await.bookings.len(), 3);
+    // Heartbeats resume: still there a lease later.
+    tokio::time::sleep(lease + beat).await;
+    assert_eq!(a.held(b.id).await.bookings.len(), 3);
+
+    // Gone for real: expired within its lease and one beat, as without a stop.
+    b.stop();
+    tokio::time::sleep(lease + beat + Duration::from_millis(1)).await;
+    let s = a.observe().await;
+    assert_eq!((s.counters.expired_peers, s.peers.len()), (1, 0));
+    assert_eq!(a.held(b.id).await, OwnState::default());
+}

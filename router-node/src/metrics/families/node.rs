@@ -26,6 +26,7 @@ pub(in crate::metrics) struct NodeFamilies {
     pub bus_connected: Gauges,
     pub peer_goodbyes: Counters,
     pub bus_outages: Counters,
+    pub leases_kept_stopped: Counters,
     pub credits_used: Gauges,
     pub credits_outstanding: Gauges,
     pub prefill_credits_held: Gauges,
@@ -193,6 +194,11 @@ impl NodeFamilies {
             "peer_sync_bus_outages",
             "Times this replica's bus connection was seen down (peers kept, not expired), by pool",
             self.bus_outages.clone(),
+        );
+        r.register(
+            "leases_kept_after_stop",
+            "Times this node was found stopped (nothing ran: a paused VM or process, a starved machine) while it held leases, which were extended by the stop instead of run out; by component (registry: workers, peer_sync: peers) and pool",
+            self.leases_kept_stopped.clone(),
         );
         r.register(
             "room_credit_messages",
