@@ -124,6 +124,40 @@ async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking()
 }
 
 #[tokio::test]
+async fn a_worker_that_left_between_admission_and_dispatch_is_not_a_failed_request() {
+    // Worker 1 answers; worker 9 is still in the router's ledger but gone from the directory
+    // (it left the fleet after the router chose it): its requests go to worker 1 instead.
+    let live = spawn_worker(1, MS).await;
+    let node = spawn_node(&[&live.url], Limits::default()).await;
+    node.router
+        .upsert_worker(router_core::WorkerSpec::new(9, 1, 1000, 2000))
+        .unwrap();
+    let retries = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("switchyard_http_retries_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mut sent = 0;
+    loop {
+        let response = node
+            .call("/v1/completions", json!({"model": "m", "prompt": [sent]}))
+            .await;
+        assert_eq!(response.status(), 200, "request {sent}");
+        sent += 1;
+        let metrics = node.admin_get("/metrics").await.text().await.unwrap();
+        if retries(&metrics) >= 3.0 {
+            break;
+        }
+        assert!(sent < 100, "worker 9 was never picked three times");
+    }
+    // A worker that left is not a failing one: the breaker holds nothing against it.
+    let state: serde_json::Value = node.admin_get("/debug/state").await.json().await.unwrap();
+    assert_eq!(state["worker_breaker"], json!([]), "{state}");
+    node.assert_idle().await;
+}
+
+#[tokio::test]
 async fn a_worker_that_breaks_mid_stream_ends_the_stream_with_an_error_event() {
     let worker = spawn_faulty_worker(5, MS, Fault::BreakAfter(2)).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;

@@ -386,12 +386,16 @@ impl ApiError {
         .message("the router is unavailable")
     }
 
+    /// The reason of [`Self::no_endpoint`].
+    pub const NO_ENDPOINT: &'static str = "no_endpoint";
+
+    /// The admitted worker left the fleet before its leg was sent (nothing reached it).
     pub fn no_endpoint(worker: router_core::WorkerId) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "service_unavailable",
             Stage::Dispatch,
-            "no_endpoint",
+            Self::NO_ENDPOINT,
         )
         .message(format!("no endpoint known for {worker}"))
     }

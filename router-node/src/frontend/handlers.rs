@@ -20,7 +20,7 @@ use super::classify::classify;
 use super::error::ApiError;
 use super::limits::Deadline;
 use super::openai::{Endpoint, ParsedRequest, PromptInput};
-use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
+use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward, never_reached};
 use super::{AppState, Limits};
 use crate::auth::ApiKey;
 use crate::metrics::{RequestObserver, RequestOutcome};
@@ -265,8 +265,8 @@ async fn admit_and_forward(
         };
         return super::disagg::admit_and_forward(state, decode, d, observer).await;
     }
-    // A worker that refuses the connection gets the request placed once more, elsewhere;
-    // nothing reached the client yet. Ejected workers are avoided from the start.
+    // A worker that refuses the connection (or left the fleet since its admission) gets the
+    // request placed once more, elsewhere; nothing reached the client yet. Ejected workers are avoided from the start.
     let mut avoid = state.breaker.ejected();
     let mut permit = Some(permit);
     let mut attempt = 0;
@@ -303,14 +303,17 @@ async fn admit_and_forward(
             pool: "aggregated",
         };
         match forward(state, &request, target, headers, guard, observer).await {
-            Err(e) if e.reason == UPSTREAM_CONNECT => {
-                state.breaker.failed(worker);
+            Err(e) if never_reached(&e) => {
+                // A worker gone from the directory is not one that failed.
+                if e.reason == UPSTREAM_CONNECT {
+                    state.breaker.failed(worker);
+                }
                 // The failed attempt's guard returned the permit: take one again to retry.
                 let again = state.permits.clone().try_acquire_owned().ok();
                 if attempt >= MAX_ATTEMPTS || again.is_none() {
                     return Err(e);
                 }
-                tracing::info!(%worker, "worker refused the connection: placing the request elsewhere");
+                tracing::info!(%worker, reason = e.reason, "the request did not reach its worker: placing it elsewhere");
                 state.metrics.retried(&class.name);
                 permit = again;
                 avoid.push(worker);
@@ -326,7 +329,7 @@ async fn admit_and_forward(
 }
 
 /// Placements of one aggregated request: the first, and one more when its worker refused
-/// the connection.
+/// the connection or was gone by the time it was sent.
 const MAX_ATTEMPTS: u32 = 2;
 
 /// The request body, at most `limits.max_body_bytes` (checked against `Content-Length`

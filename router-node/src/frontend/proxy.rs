@@ -89,6 +89,13 @@ pub(super) type Upstream = BoxStream<'static, reqwest::Result<Bytes>>;
 /// so it may be placed again elsewhere.
 pub(super) const UPSTREAM_CONNECT: &str = "upstream_connect";
 
+/// Whether a leg failed before anything reached its worker, so that it may be placed again
+/// elsewhere: the worker refused the connection, or it left the fleet between its admission
+/// and the dispatch (the directory no longer has its endpoint).
+pub(super) fn never_reached(e: &ApiError) -> bool {
+    e.reason == UPSTREAM_CONNECT || e.reason == ApiError::NO_ENDPOINT
+}
+
 /// The `type` of errors a worker caused (`ApiError::upstream`): counted against it.
 const UPSTREAM_ERROR: &str = "upstream_error";
 

@@ -73,7 +73,7 @@ use super::AppState;
 use super::admit::{Class, admit, route_request};
 use super::error::ApiError;
 use super::openai::ParsedRequest;
-use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward};
+use super::proxy::{BookingGuard, Target, forward, never_reached};
 use crate::metrics::RequestObserver;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -212,7 +212,7 @@ pub(super) async fn admit_and_forward(
             }
         };
         match answer {
-            Err(e) if e.reason == PREFILL_CONNECT => {
+            Err(e) if e.reason == PREFILL_CONNECT || e.reason == ApiError::NO_ENDPOINT => {
                 // The hold (or the SGLang legs) went with the attempt: both bookings and the
                 // reservation are released.
                 placements.refused(state, class, worker, "prefill", e.clone())?;
@@ -279,7 +279,7 @@ async fn send_decode(
         let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(held);
         let target = decode_target(worker);
         match forward(state, request, target, legs.headers, guard, observer).await {
-            Err(e) if e.reason == UPSTREAM_CONNECT => {
+            Err(e) if never_reached(&e) => {
                 placements.refused(state, legs.class, worker, "decode", e.clone())?;
                 id = RequestId(uuid::Uuid::now_v7());
                 let mut route = legs.route(state, id, Phase::Decode { staged: true });

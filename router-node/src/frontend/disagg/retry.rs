@@ -56,9 +56,10 @@ impl Placements {
         }
     }
 
-    /// `worker` refused the connection of this leg (`error`): the breaker counts it; `Ok`
-    /// when the leg may be placed once more (counted in `switchyard_http_retries_total`),
-    /// else the error to answer.
+    /// This leg never reached `worker` (`error`: it refused the connection, which the
+    /// breaker counts, or it left the fleet since the leg's admission): `Ok` when the leg may
+    /// be placed once more (counted in `switchyard_http_retries_total`), else the error to
+    /// answer.
     pub(super) fn refused(
         &mut self,
         state: &AppState,
@@ -67,11 +68,13 @@ impl Placements {
         pool: &'static str,
         error: ApiError,
     ) -> Result<(), ApiError> {
-        state.breaker.failed(worker);
+        if error.reason != ApiError::NO_ENDPOINT {
+            state.breaker.failed(worker);
+        }
         if self.placed >= MAX_PLACEMENTS {
             return Err(error);
         }
-        tracing::info!(%worker, pool, "worker refused the connection: placing the leg elsewhere");
+        tracing::info!(%worker, pool, reason = error.reason, "the leg did not reach its worker: placing it elsewhere");
         state.metrics.retried(&class.name);
         self.avoid.push(worker);
         Ok(())
