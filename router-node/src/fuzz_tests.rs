@@ -139,11 +139,12 @@ fn assemble_in_pieces(
             continue;
         }
         if reader.feed(&bytes[at..end])? {
-            return reader.finish();
+            break;
         }
         at = end;
     }
-    reader.finish()
+    let body = reader.finish()?;
+    Ok(serde_json::to_value(body).unwrap_or_else(|e| panic!("an assembled body is JSON: {e}")))
 }
 
 fn chunk_line(text: &str, finish: Option<&str>) -> String {

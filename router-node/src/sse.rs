@@ -105,6 +105,23 @@ impl SseReader {
         content
     }
 
+    /// Events read by someone else (the non-streaming assembler reads each event once for
+    /// both): `content` content chunks, then the event's `usage` object as JSON, if any.
+    pub fn parsed(&mut self, content: u64, usage: Option<&str>) {
+        self.content_chunks += content;
+        if let Some(usage) = usage.and_then(|u| serde_json::from_str::<Usage>(u).ok()) {
+            self.usage(usage);
+        }
+    }
+
+    fn usage(&mut self, usage: Usage) {
+        self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
+        self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
+        if let Some(n) = usage.prompt_tokens_details.and_then(|d| d.cached_tokens) {
+            self.cached_tokens = Some(n);
+        }
+    }
+
     /// One line (without its `\n`); 1 when it is a content chunk.
     fn line(&mut self, line: &[u8]) -> u64 {
         let Ok(line) = std::str::from_utf8(line) else {
@@ -125,11 +142,7 @@ impl SseReader {
             self.error = true;
         }
         if let Some(usage) = event.usage {
-            self.prompt_tokens = usage.prompt_tokens.or(self.prompt_tokens);
-            self.completion_tokens = usage.completion_tokens.or(self.completion_tokens);
-            if let Some(n) = usage.prompt_tokens_details.and_then(|d| d.cached_tokens) {
-                self.cached_tokens = Some(n);
-            }
+            self.usage(usage);
         }
         let has_text = event.choices.first().is_some_and(|c| {
             let delta = c.delta.as_ref().and_then(|d| d.content.as_deref());

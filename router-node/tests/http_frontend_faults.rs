@@ -82,6 +82,25 @@ async fn a_failing_worker_is_a_502_and_its_booking_is_released() {
 }
 
 #[tokio::test]
+async fn a_worker_redirect_is_not_followed_but_answered_as_a_502_naming_it() {
+    let worker = spawn_faulty_worker(3, MS, Fault::Redirect).await;
+    let node = spawn_node(&[&worker.url], Limits::default()).await;
+    let response = node
+        .call("/v1/completions", json!({"model": "m", "prompt": [1, 2]}))
+        .await;
+    assert_eq!(response.status(), 502);
+    let err = error_of(response).await;
+    assert_eq!(err["reason"], "upstream_status");
+    assert!(err["message"].as_str().unwrap().contains("307"), "{err}");
+    assert_eq!(
+        worker.seen.lock().unwrap().len(),
+        1,
+        "one call, no follow-up"
+    );
+    node.assert_idle().await;
+}
+
+#[tokio::test]
 async fn a_worker_client_error_keeps_its_status() {
     let worker = spawn_faulty_worker(3, MS, Fault::Status(422)).await;
     let node = spawn_node(&[&worker.url], Limits::default()).await;
@@ -265,7 +284,6 @@ async fn health_fails_once_the_nodes_supervisor_has_escalated() {
         Limits::default(),
         node.ready(),
     )
-    .unwrap()
     .with_alive(node.alive());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/health", listener.local_addr().unwrap());
@@ -329,7 +347,6 @@ async fn health_fails_naming_a_required_actor_that_is_gone_and_not_restarted() {
         Limits::default(),
         node.ready(),
     )
-    .unwrap()
     .with_alive(node.alive());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/health", listener.local_addr().unwrap());

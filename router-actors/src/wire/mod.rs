@@ -134,14 +134,58 @@ pub struct Outbox {
     cluster: String,
     sender: Uuid,
     seqs: std::collections::HashMap<String, u64>,
+    /// The first bytes of every envelope this outbox seals (see [`Outbox::sealed_here`]).
+    echo_prefix: Vec<u8>,
+}
+
+/// An [`Envelope`] as [`Outbox::seal`] writes it: the same fields in the same order,
+/// borrowed.
+#[derive(Serialize)]
+struct SealedEnvelope<'a, T> {
+    v: u16,
+    cluster: &'a str,
+    sender: Uuid,
+    seq: u64,
+    sent_at_us: u64,
+    body: &'a T,
+}
+
+/// The leading fields of an envelope, encoded alone to measure [`Outbox::echo_prefix`].
+#[derive(Serialize)]
+struct Lead<'a> {
+    v: u16,
+    cluster: &'a str,
+    sender: Uuid,
 }
 
 impl Outbox {
     pub fn new(cluster: impl Into<String>, sender: Uuid) -> Self {
+        let cluster = cluster.into();
+        // Fields are written in order, so an envelope begins with its map header and then
+        // `v`, `cluster` and `sender` exactly as `Lead` writes them after its own (shorter)
+        // map header: the prefix is that many bytes of an envelope.
+        let lead = rmp_serde::to_vec_named(&Lead {
+            v: WIRE_VERSION,
+            cluster: &cluster,
+            sender,
+        });
+        let sample = encode(&Envelope {
+            v: WIRE_VERSION,
+            cluster: cluster.clone(),
+            sender,
+            seq: 0,
+            sent_at_us: 0,
+            body: (),
+        });
+        let echo_prefix = match (lead, sample) {
+            (Ok(lead), Ok(sample)) if lead.len() <= sample.len() => sample[..lead.len()].to_vec(),
+            _ => Vec::new(),
+        };
         Self {
-            cluster: cluster.into(),
+            cluster,
             sender,
             seqs: Default::default(),
+            echo_prefix,
         }
     }
 
@@ -149,19 +193,32 @@ impl Outbox {
         self.sender
     }
 
+    /// Whether `payload` is an envelope this sender sealed (of this version and cluster),
+    /// told from its first bytes alone: a subscriber drops its own echoes without reading
+    /// them (what [`sender_of`] would conclude, for a fraction of the work).
+    pub fn sealed_here(&self, payload: &[u8]) -> bool {
+        !self.echo_prefix.is_empty() && payload.starts_with(&self.echo_prefix)
+    }
+
     /// The next envelope on `subject`, encoded.
     pub fn seal<T: Serialize>(&mut self, subject: &str, body: T) -> Result<Bytes, EncodeError> {
-        let seq = self.seqs.entry(subject.to_owned()).or_insert(0);
+        let seq = match self.seqs.get_mut(subject) {
+            Some(seq) => seq,
+            None => self.seqs.entry(subject.to_owned()).or_insert(0),
+        };
         *seq += 1;
-        let envelope = Envelope {
+        // Written as an `Envelope` is (same fields, same order), borrowing instead of cloning.
+        let envelope = SealedEnvelope {
             v: WIRE_VERSION,
-            cluster: self.cluster.clone(),
+            cluster: &self.cluster,
             sender: self.sender,
             seq: *seq,
             sent_at_us: now_us(),
-            body,
+            body: &body,
         };
-        encode(&envelope)
+        rmp_serde::to_vec_named(&envelope)
+            .map(Bytes::from)
+            .map_err(|e| EncodeError(e.to_string()))
     }
 
     /// The last sequence used on `subject` (0 before the first message).

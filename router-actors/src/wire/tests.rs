@@ -165,3 +165,24 @@ fn the_sender_is_read_without_the_body() {
         Err(DecodeError::Malformed(_))
     ));
 }
+
+#[test]
+fn an_outbox_knows_its_own_envelopes_by_their_first_bytes() {
+    let mut outbox = Outbox::new("sy", Uuid::from_u128(42));
+    for body in [delta(), delta()] {
+        let bytes = outbox.seal("s", body).expect("encodes");
+        assert!(outbox.sealed_here(&bytes));
+    }
+    let snapshot = outbox
+        .seal("t", SnapshotRequest { owner: None })
+        .expect("encodes");
+    assert!(outbox.sealed_here(&snapshot), "any body, any subject");
+    let mut peer = Outbox::new("sy", Uuid::from_u128(43));
+    let theirs = peer.seal("s", delta()).expect("encodes");
+    assert!(!outbox.sealed_here(&theirs), "another sender");
+    let mut twin = Outbox::new("other", Uuid::from_u128(42));
+    let foreign = twin.seal("s", delta()).expect("encodes");
+    assert!(!outbox.sealed_here(&foreign), "another cluster");
+    assert!(!outbox.sealed_here(b""));
+    assert!(!outbox.sealed_here(&theirs[..3]));
+}

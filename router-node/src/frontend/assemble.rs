@@ -1,9 +1,11 @@
 //! A non-streaming client's answer: the worker's SSE chunks assembled into one OpenAI
 //! response body (the text deltas of all chunks concatenated into one choice; `id`, `model`,
-//! `created`, the last `finish_reason` and `usage` kept when the worker sent them). Chunks
-//! are read into a typed view of only the fields kept, by [`SseAssembler`] (pure, bounded,
-//! fuzzed in `router-node/src/fuzz_tests.rs`). Each chunk also goes to the request's
-//! `RequestObserver` (the first one did already, in `proxy.rs`).
+//! `created`, `system_fingerprint` of the first chunk that had them, the last `finish_reason`
+//! and `usage` kept as the worker wrote them). Chunks are read into a typed view of only the
+//! fields kept, borrowing from the line (a kept field is copied once), by [`SseAssembler`]
+//! (pure, bounded, fuzzed in `router-node/src/fuzz_tests.rs`); the body is written from a
+//! typed [`AssembledBody`]. The same one reading of each event tells the request's
+//! `RequestObserver` its content chunks and usage (`RequestObserver::parsed`).
 
 use super::error::{ApiError, Stage};
 use super::openai::Endpoint;
@@ -12,11 +14,12 @@ use crate::metrics::RequestObserver;
 use axum::body::Bytes;
 use futures::stream::StreamExt;
 use router_core::WorkerId;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-/// Collects the worker's SSE stream into one OpenAI response body.
+/// Collects the worker's SSE stream (`first` chunk already read) into one OpenAI response
+/// body, telling `observer` of each chunk's content as it is read.
 pub(super) async fn assemble(
     endpoint: Endpoint,
     mut upstream: Upstream,
@@ -24,22 +27,27 @@ pub(super) async fn assemble(
     limit: usize,
     worker: WorkerId,
     observer: &mut RequestObserver,
-) -> Result<Value, ApiError> {
+) -> Result<AssembledBody, ApiError> {
     let mut reader = SseAssembler::new(endpoint, limit, worker);
     let mut next = first;
     loop {
         let chunk = match next.take() {
             Some(chunk) => chunk,
             None => match upstream.next().await {
-                Some(Ok(chunk)) => {
-                    observer.chunk(&chunk);
-                    chunk
-                }
+                Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => return Err(broken(worker, &e)),
                 None => break,
             },
         };
-        if reader.feed(&chunk)? {
+        let content = reader.acc.content_chunks;
+        let done = reader.feed(&chunk);
+        let fresh = std::mem::take(&mut reader.acc.fresh_usage);
+        let usage = reader.acc.usage.as_deref().filter(|_| fresh);
+        observer.parsed(
+            reader.acc.content_chunks - content,
+            usage.map(RawValue::get),
+        );
+        if done? {
             break;
         }
     }
@@ -108,7 +116,7 @@ impl SseAssembler {
     }
 
     /// The assembled body (a last line without its end is read too).
-    pub(crate) fn finish(mut self) -> Result<Value, ApiError> {
+    pub(crate) fn finish(mut self) -> Result<AssembledBody, ApiError> {
         if !self.done && !self.pending.is_empty() {
             let line = std::mem::take(&mut self.pending);
             self.acc.line(self.endpoint, &line, self.worker)?;
@@ -117,15 +125,22 @@ impl SseAssembler {
     }
 }
 
-/// One streamed chunk, as much of it as the assembled body uses (`null` reads as absent).
+/// One streamed chunk, as much of it as the assembled body uses (`null` reads as absent),
+/// borrowed from its line.
 #[derive(Deserialize)]
 struct ChunkEvent<'a> {
-    error: Option<Value>,
-    id: Option<Value>,
-    model: Option<Value>,
-    created: Option<Value>,
-    system_fingerprint: Option<Value>,
-    usage: Option<Value>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    created: Option<&'a RawValue>,
+    #[serde(borrow)]
+    system_fingerprint: Option<&'a RawValue>,
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
     #[serde(default, borrow)]
     choices: Vec<ChunkChoice<'a>>,
 }
@@ -138,7 +153,8 @@ struct ChunkChoice<'a> {
     /// `/v1/chat/completions`.
     #[serde(borrow)]
     delta: Option<ChunkDelta<'a>>,
-    finish_reason: Option<Value>,
+    #[serde(borrow)]
+    finish_reason: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -147,12 +163,64 @@ struct ChunkDelta<'a> {
     content: Option<Cow<'a, str>>,
 }
 
+/// The response body of a non-streaming client.
+#[derive(Debug, Serialize)]
+pub(crate) struct AssembledBody {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<Box<RawValue>>,
+    object: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<Box<RawValue>>,
+    choices: [AssembledChoice; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum AssembledChoice {
+    Completion {
+        index: u32,
+        text: String,
+        finish_reason: Option<Box<RawValue>>,
+    },
+    Chat {
+        index: u32,
+        message: Message,
+        finish_reason: Option<Box<RawValue>>,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct Message {
+    role: &'static str,
+    content: String,
+}
+
 #[derive(Default)]
 struct Assembled {
     text: String,
-    head: Map<String, Value>,
-    finish_reason: Value,
-    usage: Option<Value>,
+    id: Option<Box<RawValue>>,
+    model: Option<Box<RawValue>>,
+    created: Option<Box<RawValue>>,
+    system_fingerprint: Option<Box<RawValue>>,
+    finish_reason: Option<Box<RawValue>>,
+    usage: Option<Box<RawValue>>,
+    /// `usage` was read since the observer was last told.
+    fresh_usage: bool,
+    /// Events whose first choice carried text (what `crate::sse::SseReader` counts).
+    content_chunks: u64,
+}
+
+/// Keeps the first value a field had.
+fn keep_first(kept: &mut Option<Box<RawValue>>, read: Option<&RawValue>) {
+    if kept.is_none() {
+        *kept = read.map(RawValue::to_owned);
+    }
 }
 
 impl Assembled {
@@ -163,7 +231,11 @@ impl Assembled {
         line: &[u8],
         worker: WorkerId,
     ) -> Result<bool, ApiError> {
-        let line = String::from_utf8_lossy(line);
+        // Valid UTF-8 (every engine's) is borrowed as it is; only a broken line is repaired.
+        let line = match std::str::from_utf8(line) {
+            Ok(line) => Cow::Borrowed(line),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         let Some(data) = line.trim_end().strip_prefix("data:") else {
             return Ok(false);
         };
@@ -171,7 +243,7 @@ impl Assembled {
         if data == "[DONE]" {
             return Ok(true);
         }
-        // Typed: only the fields the assembled body needs are built; the rest is skipped.
+        // Typed: only the fields the assembled body needs are read; the rest is skipped.
         let Ok(event) = serde_json::from_str::<ChunkEvent<'_>>(data) else {
             return Ok(false);
         };
@@ -182,62 +254,73 @@ impl Assembled {
                 format!("{worker}: {error}"),
             ));
         }
-        for (key, v) in [
-            ("id", event.id),
-            ("model", event.model),
-            ("created", event.created),
-            ("system_fingerprint", event.system_fingerprint),
-        ] {
-            if let Some(v) = v {
-                self.head.entry(key).or_insert(v);
-            }
-        }
+        keep_first(&mut self.id, event.id);
+        keep_first(&mut self.model, event.model);
+        keep_first(&mut self.created, event.created);
+        keep_first(&mut self.system_fingerprint, event.system_fingerprint);
         if let Some(usage) = event.usage {
-            self.usage = Some(usage);
+            self.usage = Some(usage.to_owned());
+            self.fresh_usage = true;
         }
         if let Some(choice) = event.choices.into_iter().next() {
+            let text = choice.text.as_deref();
+            let content = choice.delta.as_ref().and_then(|d| d.content.as_deref());
+            if text.or(content).is_some_and(|t| !t.is_empty()) {
+                self.content_chunks += 1;
+            }
             let delta = match endpoint {
-                Endpoint::Completions => choice.text,
-                Endpoint::Chat => choice.delta.and_then(|d| d.content),
+                Endpoint::Completions => text,
+                Endpoint::Chat => content,
             };
             if let Some(s) = delta {
-                self.text.push_str(&s);
+                self.text.push_str(s);
             }
             if let Some(reason) = choice.finish_reason {
-                self.finish_reason = reason;
+                self.finish_reason = Some(reason.to_owned());
             }
         }
         Ok(false)
     }
 
-    fn finish(self, endpoint: Endpoint) -> Value {
-        let choice = match endpoint {
-            Endpoint::Completions => json!({
-                "index": 0, "text": self.text, "finish_reason": self.finish_reason,
-            }),
-            Endpoint::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": self.text},
-                "finish_reason": self.finish_reason,
-            }),
+    fn finish(self, endpoint: Endpoint) -> AssembledBody {
+        let (object, choice) = match endpoint {
+            Endpoint::Completions => (
+                "text_completion",
+                AssembledChoice::Completion {
+                    index: 0,
+                    text: self.text,
+                    finish_reason: self.finish_reason,
+                },
+            ),
+            Endpoint::Chat => (
+                "chat.completion",
+                AssembledChoice::Chat {
+                    index: 0,
+                    message: Message {
+                        role: "assistant",
+                        content: self.text,
+                    },
+                    finish_reason: self.finish_reason,
+                },
+            ),
         };
-        let object = match endpoint {
-            Endpoint::Completions => "text_completion",
-            Endpoint::Chat => "chat.completion",
-        };
-        let mut body = self.head;
-        body.insert("object".to_owned(), json!(object));
-        body.insert("choices".to_owned(), json!([choice]));
-        if let Some(usage) = self.usage {
-            body.insert("usage".to_owned(), usage);
+        AssembledBody {
+            id: self.id,
+            object,
+            created: self.created,
+            model: self.model,
+            system_fingerprint: self.system_fingerprint,
+            choices: [choice],
+            usage: self.usage,
         }
-        Value::Object(body)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::Value;
 
     fn assemble(endpoint: Endpoint, lines: &[&str]) -> Result<Value, ApiError> {
         let mut acc = Assembled::default();
@@ -246,7 +329,7 @@ mod tests {
                 break;
             }
         }
-        Ok(acc.finish(endpoint))
+        Ok(serde_json::to_value(acc.finish(endpoint)).expect("a JSON body"))
     }
 
     #[test]

@@ -75,14 +75,16 @@ async fn openai(
     // future when the client goes away: `cancelled`).
     let mut observer = RequestObserver::new(state.metrics.clone());
     let deadline = Deadline::after(state.limits.request_timeout);
-    let handled = handle_openai(
+    // Boxed once here: the handler's state is kilobytes, and unboxed it would be copied at
+    // every move on its way into the server's boxed future (the timeout, the span, axum).
+    let handled = Box::pin(handle_openai(
         state.clone(),
         endpoint,
         headers,
         body,
         deadline,
         &mut observer,
-    );
+    ));
     let response = match tokio::time::timeout_at(deadline.at, handled)
         .instrument(span.clone())
         .await
@@ -263,7 +265,9 @@ async fn admit_and_forward(
             headers,
             permit,
         };
-        return super::disagg::admit_and_forward(state, decode, d, observer).await;
+        // Boxed: the two-leg path's state is several kilobytes, which every aggregated
+        // request's future would otherwise carry (and copy at each move).
+        return Box::pin(super::disagg::admit_and_forward(state, decode, d, observer)).await;
     }
     // A worker that refuses the connection (or left the fleet since its admission) gets the
     // request placed once more, elsewhere; nothing reached the client yet. Ejected workers are avoided from the start.

@@ -18,6 +18,7 @@
 
 use super::error::ApiError;
 use super::openai::PromptInput;
+use super::upstream::UpstreamClient;
 use std::time::Duration;
 
 /// The frontend's bounds. Every one of them is enforced; none is unlimited.
@@ -80,13 +81,10 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// An HTTP client for the upstream workers under these limits (no TLS, HTTP/1 and h2).
-    pub fn http_client(&self) -> reqwest::Result<reqwest::Client> {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .read_timeout(self.read_timeout)
-            .pool_max_idle_per_host(64)
-            .build()
+    /// The HTTP client of the upstream legs under these limits (HTTP/1, no TLS, redirects
+    /// not followed).
+    pub fn http_client(&self) -> UpstreamClient {
+        UpstreamClient::new(self.connect_timeout, self.read_timeout)
     }
 
     /// A `max_tokens` above `max_tokens_limit` is a 400 naming the limit.

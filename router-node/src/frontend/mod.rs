@@ -32,7 +32,8 @@
 //! `pretokenize.rs` (split patterns on regex-automata), `o200k.rs` (the default encoding
 //! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
 //! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
-//! template), `chat_template.rs`.
+//! template), `chat_template.rs`, `upstream.rs` (the upstream legs' HTTP client: hyper's,
+//! pooled), `upstream_url.rs` (the workers' route URLs, parsed once).
 
 mod admin;
 mod admit;
@@ -58,6 +59,8 @@ mod proxy;
 mod server;
 mod split;
 mod tokenizer;
+mod upstream;
+mod upstream_url;
 
 pub use crate::metrics::Metrics;
 pub use admin::{AdminToken, admin_app};
@@ -77,6 +80,7 @@ pub use proxy::BookingGuard;
 pub use server::{ConnectionLimits, serve_app};
 pub use split::{SPLIT_MIN_BYTES, pieces};
 pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
+pub use upstream::{UpstreamClient, UpstreamError};
 
 use crate::auth::KeyStore;
 use axum::Router;
@@ -126,7 +130,10 @@ pub struct AppState {
     /// How the two legs of a disaggregated request meet (vLLM or SGLang, see `disagg`).
     pub convention: DisaggConvention,
     pub directory: Arc<dyn WorkerDirectory>,
-    pub http: reqwest::Client,
+    /// The HTTP client of the upstream legs.
+    pub http: UpstreamClient,
+    /// The workers' route URLs, parsed once per endpoint.
+    pub(crate) upstream_urls: Arc<upstream_url::UpstreamUrls>,
     pub metrics: Arc<Metrics>,
     pub limits: Arc<Limits>,
     /// The pool's policy profile: the classifiers, class names for metric labels and error
@@ -170,21 +177,22 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// A state with fresh metrics and an HTTP client built from `limits`.
+    /// A state with fresh metrics and an upstream client built from `limits`.
     pub fn new(
         router: RouterHandle,
         directory: Arc<dyn WorkerDirectory>,
         profile: PolicyProfile,
         limits: Limits,
         ready: watch::Receiver<bool>,
-    ) -> reqwest::Result<Self> {
-        Ok(Self {
+    ) -> Self {
+        Self {
             permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
             decode: None,
             convention: DisaggConvention::default(),
             directory,
-            http: limits.http_client()?,
+            http: limits.http_client(),
+            upstream_urls: Arc::default(),
             metrics: Arc::new(Metrics::new()),
             limits: Arc::new(limits),
             profile: Arc::new(profile),
@@ -197,7 +205,7 @@ impl AppState {
             bus_connected: None,
             breaker: Arc::new(breaker::WorkerBreaker::default()),
             auth: None,
-        })
+        }
     }
 
     /// Requires an API key of `keys` on the OpenAI routes (and `/v1/models`).

@@ -16,12 +16,13 @@ use super::AppState;
 use super::assemble::assemble;
 use super::error::{ApiError, Stage};
 use super::openai::ParsedRequest;
+use super::upstream::{UpstreamCall, UpstreamError, UpstreamResponse};
 use crate::metrics::{Metrics, RequestObserver, RequestOutcome};
 use crate::telemetry::propagation;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, StreamExt};
 use router_actors::RouterHandle;
 use router_core::{RequestId, WorkerId};
 use std::convert::Infallible;
@@ -83,7 +84,7 @@ impl Drop for BookingGuard {
     }
 }
 
-pub(super) type Upstream = BoxStream<'static, reqwest::Result<Bytes>>;
+pub(super) use super::upstream::Upstream;
 
 /// The error reason of a connection to a worker that failed: the request never reached it,
 /// so it may be placed again elsewhere.
@@ -154,22 +155,18 @@ pub(super) fn worker_failed(metrics: &Metrics, target: Target, error: &ApiError)
 
 /// The W3C trace context the worker gets: `leg`'s when it is traced, otherwise the
 /// client's headers passed on unchanged.
-pub(super) fn with_trace_context(
-    mut call: reqwest::RequestBuilder,
-    leg: &tracing::Span,
-    client_headers: &HeaderMap,
-) -> reqwest::RequestBuilder {
+pub(super) fn trace_context(leg: &tracing::Span, client_headers: &HeaderMap) -> HeaderMap {
     let propagated = propagation::context_headers(leg);
-    if propagated.is_empty() {
-        for name in propagation::HEADERS {
-            if let Some(value) = client_headers.get(name) {
-                call = call.header(name, value.clone());
-            }
-        }
-        call
-    } else {
-        call.headers(propagated)
+    if !propagated.is_empty() {
+        return propagated;
     }
+    let mut headers = HeaderMap::new();
+    for name in propagation::HEADERS {
+        if let Some(value) = client_headers.get(name) {
+            headers.insert(name, value.clone());
+        }
+    }
+    headers
 }
 
 /// The POST of `request`'s endpoint to `worker` with `body`, accepting `accept`: the URL
@@ -183,20 +180,21 @@ pub(super) fn upstream_call(
     leg: &tracing::Span,
     accept: &'static str,
     body: Vec<u8>,
-) -> Result<reqwest::RequestBuilder, ApiError> {
+) -> Result<UpstreamCall, ApiError> {
     let base = state
         .directory
         .endpoint(worker)
         .ok_or_else(|| ApiError::no_endpoint(worker))?;
-    let url = format!("{}{}", base.trim_end_matches('/'), request.endpoint.path());
-    leg.record("url", url.as_str());
-    let call = state
+    let url = state
+        .upstream_urls
+        .get(worker, &base, request.endpoint.path())
+        .map_err(|e| {
+            ApiError::upstream(Stage::Dispatch, "upstream_send", format!("{worker}: {e}"))
+        })?;
+    leg.record("url", tracing::field::display(&url));
+    Ok(state
         .http
-        .post(url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, accept)
-        .body(body);
-    Ok(with_trace_context(call, leg, client_headers))
+        .post(url, accept, trace_context(leg, client_headers), body))
 }
 
 async fn forward_leg(
@@ -240,11 +238,13 @@ async fn forward_leg(
             None => break None,
         }
     };
-    if let Some(first) = &first {
+    if first.is_some() {
         guard.prefill_done();
-        observer.chunk(first);
     }
     if request.stream {
+        if let Some(first) = &first {
+            observer.chunk(first);
+        }
         let relay = Relay {
             first,
             upstream,
@@ -274,8 +274,8 @@ async fn forward_leg(
 
 pub(super) async fn upstream_status(
     worker: WorkerId,
-    status: reqwest::StatusCode,
-    response: reqwest::Response,
+    status: StatusCode,
+    response: UpstreamResponse,
 ) -> ApiError {
     let mut snippet = Vec::new();
     let mut body = response.bytes_stream();
@@ -299,7 +299,7 @@ pub(super) async fn upstream_status(
     err
 }
 
-pub(super) fn broken(worker: WorkerId, e: &reqwest::Error) -> ApiError {
+pub(super) fn broken(worker: WorkerId, e: &UpstreamError) -> ApiError {
     ApiError::upstream(Stage::Upstream, "upstream_stream", format!("{worker}: {e}"))
 }
 
@@ -322,7 +322,7 @@ struct Relay {
 
 /// What the relay read next: a chunk, an error, the end, or nothing before the deadline.
 enum Next {
-    Read(Option<reqwest::Result<Bytes>>),
+    Read(Option<Result<Bytes, UpstreamError>>),
     Deadline(Duration),
 }
 

@@ -6,7 +6,8 @@
 //! - `families/`: every family's declaration (name, help, type, buckets) and the build info.
 //! - `request.rs`: [`RequestObserver`], one OpenAI request's latencies (time to first token,
 //!   inter-token gaps, duration by outcome) and tokens (prompt, cached, output), recorded as
-//!   the frontend relays its stream.
+//!   the frontend relays its stream, into its class's series (`class_series.rs`, looked up
+//!   once per class).
 //! - `scrape.rs`: [`NodeSources`] observes the node's actors at scrape time ([`NodeScrape`]).
 //! - `record.rs`: a [`NodeScrape`] written into that scrape's families, per kind of actor.
 //!
@@ -24,6 +25,7 @@
 //! (`upstream_requests_total`, `upstream_errors_total`) keep a series per worker ever
 //! called, as counters do.
 
+mod class_series;
 mod families;
 mod record;
 mod request;
@@ -35,8 +37,10 @@ pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, po
 
 use families::{AuthFamilies, HttpFamilies};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use router_core::{PrefixHit, WorkerId};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The node components a scrape observes (the `component` label of scrape errors).
@@ -52,6 +56,10 @@ const SCRAPED: [&str; 5] = [
 pub struct Metrics {
     registry: Registry,
     http: HttpFamilies,
+    /// Each class's per-request series.
+    classes: class_series::ClassSeriesCache,
+    /// Each pool's prefix counters (matched, prompt blocks), in the order of [`POOLS`].
+    pool_prefix: [OnceLock<(Counter, Counter)>; 3],
     auth: AuthFamilies,
     /// The node observed at each scrape, if any.
     node: Option<NodeSources>,
@@ -71,9 +79,8 @@ impl Default for Metrics {
     }
 }
 
-fn class_label(class: &str) -> Vec<(&'static str, String)> {
-    vec![("class", class.to_owned())]
-}
+/// The pools a leg runs on (the `pool` label).
+const POOLS: [&str; 3] = ["aggregated", "prefill", "decode"];
 
 /// The node's listeners (the `listener` label).
 const LISTENERS: [&str; 2] = ["public", "admin"];
@@ -98,6 +105,8 @@ impl Metrics {
         Self {
             registry,
             http,
+            classes: class_series::ClassSeriesCache::default(),
+            pool_prefix: Default::default(),
             auth,
             node: None,
         }
@@ -122,14 +131,14 @@ impl Metrics {
         self
     }
 
+    /// `class`'s per-request series.
+    pub(crate) fn class_series(&self, class: &str) -> std::sync::Arc<class_series::ClassSeries> {
+        self.classes.get(class)
+    }
+
+    /// A request to `endpoint` (`completions` or `chat_completions`) of `class`.
     pub fn request(&self, endpoint: &'static str, class: &str) {
-        self.http
-            .requests
-            .get_or_create(&vec![
-                ("endpoint", endpoint.to_owned()),
-                ("class", class.to_owned()),
-            ])
-            .inc();
+        self.classes.get(class).requests(&self.http, endpoint).inc();
     }
 
     pub fn rejection(&self, class: &str, reason: &'static str) {
@@ -220,38 +229,45 @@ impl Metrics {
     }
 
     pub fn admission_latency(&self, class: &str, took: Duration) {
-        self.http
-            .admission_latency
-            .get_or_create(&class_label(class))
+        self.classes
+            .get(class)
+            .admission_latency(&self.http)
             .observe(took.as_secs_f64());
     }
 
     /// An admission after `took` from the route call, `waited` of it in the class queue:
     /// admission latency, queue wait (0 on the direct path) and route time.
     pub fn admitted(&self, class: &str, took: Duration, waited: Duration) {
-        let labels = class_label(class);
+        let series = self.classes.get(class);
         let http = &self.http;
-        http.admission_latency
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
-        http.queue_wait
-            .get_or_create(&labels)
-            .observe(waited.as_secs_f64());
-        http.route
-            .get_or_create(&labels)
+        series.admission_latency(http).observe(took.as_secs_f64());
+        series.queue_wait(http).observe(waited.as_secs_f64());
+        series
+            .route(http)
             .observe(took.saturating_sub(waited).as_secs_f64());
     }
 
     /// One admission's prefix reuse on `pool` (every leg, on its own pool).
     pub fn prefix_hit(&self, pool: &'static str, prefix: PrefixHit) {
-        let labels = vec![("pool", pool.to_owned())];
+        let (matched, prompt) = self.pool_prefix(pool);
+        matched.inc_by(u64::from(prefix.matched_blocks));
+        prompt.inc_by(u64::from(prefix.prompt_blocks));
+    }
+
+    /// `pool`'s prefix counters (matched, prompt blocks), kept for the three pools.
+    fn pool_prefix(&self, pool: &'static str) -> (Counter, Counter) {
         let http = &self.http;
-        http.prefix_matched
-            .get_or_create(&labels)
-            .inc_by(u64::from(prefix.matched_blocks));
-        http.prefix_prompt
-            .get_or_create(&labels)
-            .inc_by(u64::from(prefix.prompt_blocks));
+        let create = || {
+            let labels = vec![("pool", pool.to_owned())];
+            (
+                http.prefix_matched.get_or_create_owned(&labels),
+                http.prefix_prompt.get_or_create_owned(&labels),
+            )
+        };
+        match POOLS.iter().position(|p| *p == pool) {
+            Some(i) => self.pool_prefix[i].get_or_init(create).clone(),
+            None => create(),
+        }
     }
 
     /// A request (or one leg of it) sent to `worker` of `pool`.

@@ -16,7 +16,8 @@
 //! dropped before it (the client went away: `cancelled`). [`RequestObserver::hand_over`]
 //! moves that duty to the streaming response body.
 
-use super::{Metrics, class_label};
+use super::Metrics;
+use super::class_series::ClassSeries;
 use crate::sse::SseReader;
 use router_core::PrefixHit;
 use std::sync::Arc;
@@ -38,6 +39,11 @@ pub enum RequestOutcome {
 }
 
 impl RequestOutcome {
+    /// Its place among the five outcomes.
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -63,7 +69,8 @@ impl RequestOutcome {
 pub struct RequestObserver {
     metrics: Arc<Metrics>,
     started: Instant,
-    class: String,
+    /// The series of the request's class (`unknown` until known).
+    series: Arc<ClassSeries>,
     /// The router's prompt token count, once admitted.
     prompt_tokens: Option<u64>,
     /// The router's matched prefix in tokens, once admitted.
@@ -85,9 +92,9 @@ impl RequestObserver {
     /// A request that arrived at `started`.
     pub fn started_at(metrics: Arc<Metrics>, started: Instant) -> Self {
         Self {
+            series: metrics.class_series("unknown"),
             metrics,
             started,
-            class: "unknown".to_owned(),
             prompt_tokens: None,
             cached_tokens: 0,
             sse: SseReader::default(),
@@ -99,12 +106,14 @@ impl RequestObserver {
 
     /// The request's class, once resolved.
     pub fn class(&mut self, name: &str) {
-        name.clone_into(&mut self.class);
+        if self.series.class() != name {
+            self.series = self.metrics.class_series(name);
+        }
     }
 
     /// The class label it records under (`unknown` until set).
     pub fn class_name(&self) -> &str {
-        &self.class
+        self.series.class()
     }
 
     /// The admission that does the prompt's work (aggregated, or the prefill leg): the
@@ -118,21 +127,34 @@ impl RequestObserver {
     pub fn chunk(&mut self, bytes: &[u8]) {
         self.streamed = true;
         let content = self.sse.feed(bytes);
+        self.content(content);
+    }
+
+    /// Bytes of the worker's stream that the caller read into events itself: `content`
+    /// content chunks among them, and the `usage` object (JSON) of the last event that had
+    /// one. Records as [`Self::chunk`] would have.
+    pub fn parsed(&mut self, content: u64, usage: Option<&str>) {
+        self.streamed = true;
+        self.sse.parsed(content, usage);
+        self.content(content);
+    }
+
+    /// `content` content chunks read now: time to first token, then the gaps.
+    fn content(&mut self, content: u64) {
         if content == 0 {
             return;
         }
         let now = Instant::now();
-        let labels = class_label(&self.class);
         let http = &self.metrics.http;
         for _ in 0..content {
             match self.last_content {
-                None => http
-                    .ttft
-                    .get_or_create(&labels)
+                None => self
+                    .series
+                    .ttft(http)
                     .observe(now.duration_since(self.started).as_secs_f64()),
-                Some(previous) => http
-                    .itl
-                    .get_or_create(&labels)
+                Some(previous) => self
+                    .series
+                    .itl(http)
                     .observe(now.duration_since(previous).as_secs_f64()),
             }
             self.last_content = Some(now);
@@ -145,7 +167,7 @@ impl RequestObserver {
         let taken = Self {
             metrics: Arc::clone(&self.metrics),
             started: self.started,
-            class: std::mem::take(&mut self.class),
+            series: Arc::clone(&self.series),
             prompt_tokens: self.prompt_tokens,
             cached_tokens: self.cached_tokens,
             sse: std::mem::take(&mut self.sse),
@@ -163,24 +185,22 @@ impl RequestObserver {
             return;
         }
         let http = &self.metrics.http;
-        let labels = class_label(&self.class);
-        let mut with_outcome = labels.clone();
-        with_outcome.push(("outcome", outcome.label().to_owned()));
-        http.duration
-            .get_or_create(&with_outcome)
+        let series = &self.series;
+        series
+            .duration(http, outcome)
             .observe(self.started.elapsed().as_secs_f64());
         if !self.streamed {
             return;
         }
         let sse = &self.sse;
         if let Some(prompt) = sse.prompt_tokens.or(self.prompt_tokens) {
-            http.prompt_tokens.get_or_create(&labels).inc_by(prompt);
+            series.prompt_tokens(http).inc_by(prompt);
         }
-        http.cached_tokens
-            .get_or_create(&labels)
+        series
+            .cached_tokens(http)
             .inc_by(sse.cached_tokens.unwrap_or(self.cached_tokens));
-        http.output_tokens
-            .get_or_create(&labels)
+        series
+            .output_tokens(http)
             .inc_by(sse.completion_tokens.unwrap_or(sse.content_chunks));
     }
 }

@@ -63,8 +63,6 @@ pub enum ServeError {
     Node(#[from] NodeError),
     #[error("the node has no {0:?} pool")]
     NoPool(PoolRole),
-    #[error("building the upstream HTTP client: {0}")]
-    Client(String),
     #[error("serving HTTP: {0}")]
     Http(std::io::Error),
 }
@@ -173,7 +171,6 @@ async fn serve_node(
         config.limits(),
         ready_rx,
     )
-    .map_err(|e| ServeError::Client(e.to_string()))?
     .with_models(config.http.models.iter().cloned())
     .with_prompter(prompter)
     .with_forward_token_ids(config.tokenizer.forward_token_ids)

@@ -177,7 +177,6 @@ impl Fleet {
             Limits::default(),
             ready_rx,
         )
-        .unwrap()
         .with_decode(decode.clone())
         .with_convention(super::CONVENTION);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -64,6 +64,8 @@ pub enum Fault {
     BreakAfter(usize),
     /// Sends this many chunks, then nothing more (keeps the connection open).
     StallAfter(usize),
+    /// Answers a 307 to another path of itself.
+    Redirect,
 }
 
 #[derive(Clone)]
@@ -133,6 +135,13 @@ async fn stream_chunks(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });
+    if state.fault == Fault::Redirect {
+        return Response::builder()
+            .status(307)
+            .header("location", "/v1/elsewhere")
+            .body(Body::empty())
+            .unwrap();
+    }
     if let Fault::Status(code) = state.fault {
         return Response::builder()
             .status(code)
@@ -258,7 +267,6 @@ pub async fn spawn_node_tuned(
         limits,
         ready_rx,
     )
-    .unwrap()
     .with_models(["stand-in".to_owned()])
     .with_prompter(prompter);
     let state = tune(state);

@@ -205,7 +205,6 @@ async fn run(opts: &HttpOptions) -> Result<ExitCode, String> {
         config.limits(),
         node.ready(),
     )
-    .map_err(|e| format!("building the frontend's HTTP client: {e}"))?
     .with_models([load::MODEL.to_owned()])
     .with_alive(node.alive());
     let state = match decode {

@@ -10,6 +10,7 @@ use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
 use crate::frontend::proxy::{Target, upstream_call, upstream_status, worker_failed};
+use crate::frontend::upstream::UpstreamCall;
 use axum::http::HeaderMap;
 use futures::StreamExt;
 use router_core::WorkerId;
@@ -92,7 +93,7 @@ pub(in crate::frontend) fn prefill_call(
     client_headers: &HeaderMap,
     body: Vec<u8>,
     leg: &tracing::Span,
-) -> Result<reqwest::RequestBuilder, ApiError> {
+) -> Result<UpstreamCall, ApiError> {
     upstream_call(
         state,
         request,
@@ -108,7 +109,7 @@ pub(in crate::frontend) fn prefill_call(
 /// is counted against its worker, and so is its failure. The future owns what it needs.
 pub(in crate::frontend) fn prefill_answer(
     state: &AppState,
-    call: reqwest::RequestBuilder,
+    call: UpstreamCall,
     worker: WorkerId,
 ) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send + 'static {
     let metrics = state.metrics.clone();
@@ -125,7 +126,7 @@ pub(in crate::frontend) fn prefill_answer(
 }
 
 async fn read_prefill(
-    call: reqwest::RequestBuilder,
+    call: UpstreamCall,
     worker: WorkerId,
     limit: usize,
 ) -> Result<Vec<u8>, ApiError> {

@@ -119,15 +119,18 @@ fn bootstrap_address(state: &AppState, worker: WorkerId) -> Result<(String, u16)
             format!("prefill {worker}: endpoint {base:?} {why}"),
         )
     };
-    let url = reqwest::Url::parse(&base).map_err(|_| bad("is not a URL"))?;
+    let url: axum::http::Uri = base.parse().map_err(|_| bad("is not a URL"))?;
     let host = url
-        .host_str()
+        .host()
         .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
         .filter(|h| !h.is_empty())
         .ok_or_else(|| bad("has no host"))?;
-    let port = url
-        .port_or_known_default()
-        .ok_or_else(|| bad("has no port"))?;
+    let port = match (url.port_u16(), url.scheme_str()) {
+        (Some(port), _) => port,
+        (None, Some("http")) => 80,
+        (None, Some("https")) => 443,
+        _ => return Err(bad("has no port")),
+    };
     Ok((host, port))
 }
 

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use router_core::RequestId;
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use tokio::sync::mpsc;
@@ -61,46 +62,70 @@ impl Reply {
                "prompt_tokens_details": {"cached_tokens": cached}})
     }
 
-    fn chunk(&self, choice: Value, extra: Option<(&str, Value)>) -> bytes::Bytes {
-        let mut body = json!({
-            "id": self.completion_id, "object": self.object(true), "created": self.created,
-            "model": self.model, "choices": [choice],
-        });
-        if let (Some((key, value)), Value::Object(map)) = (extra, &mut body) {
-            map.insert(key.to_owned(), value);
+    /// One SSE event: `choice`, then `usage` and the staged KV's parameters when given.
+    /// Written from typed fields (an event per token: building a JSON tree for each cost
+    /// more than the rest of the simulated engine).
+    fn chunk(
+        &self,
+        choice: EventChoice,
+        usage: Option<EventUsage>,
+        kv_transfer_params: Option<&Value>,
+    ) -> bytes::Bytes {
+        let event = Event {
+            id: &self.completion_id,
+            object: self.object(true),
+            created: self.created,
+            model: &self.model,
+            choices: [choice],
+            usage,
+            kv_transfer_params,
+        };
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"data: ");
+        if serde_json::to_writer(&mut out, &event).is_err() {
+            return bytes::Bytes::from_static(
+                b"data: {\"error\":{\"message\":\"the simulated worker could not write an event\"}}\n\n",
+            );
         }
-        bytes::Bytes::from(format!("data: {body}\n\n"))
+        out.extend_from_slice(b"\n\n");
+        bytes::Bytes::from(out)
     }
 
-    /// An SSE event with every field of `extra` (an object) at the top level.
-    fn chunk_with(&self, choice: Value, extra: Value) -> bytes::Bytes {
-        let mut body = json!({
-            "id": self.completion_id, "object": self.object(true), "created": self.created,
-            "model": self.model, "choices": [choice],
-        });
-        if let (Value::Object(extra), Value::Object(map)) = (extra, &mut body) {
-            map.extend(extra);
+    fn event_usage(&self, completion: u64, cached: u32) -> EventUsage {
+        let prompt = self.prompt_tokens as u64;
+        EventUsage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: cached,
+            },
         }
-        bytes::Bytes::from(format!("data: {body}\n\n"))
     }
 
-    fn token_choice(&self, first: bool) -> Value {
+    fn token_choice(&self, first: bool) -> EventChoice {
         match self.route {
-            Route::Completions => {
-                json!({"index": 0, "text": TOKEN_TEXT, "finish_reason": null})
-            }
-            Route::Chat if first => json!({"index": 0,
-                "delta": {"role": "assistant", "content": TOKEN_TEXT}, "finish_reason": null}),
-            Route::Chat => {
-                json!({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": null})
-            }
+            Route::Completions => EventChoice::text(TOKEN_TEXT, None),
+            Route::Chat => EventChoice::delta(
+                Delta {
+                    role: first.then_some("assistant"),
+                    content: Some(TOKEN_TEXT),
+                },
+                None,
+            ),
         }
     }
 
-    fn final_choice(&self) -> Value {
+    fn final_choice(&self) -> EventChoice {
         match self.route {
-            Route::Completions => json!({"index": 0, "text": "", "finish_reason": "length"}),
-            Route::Chat => json!({"index": 0, "delta": {}, "finish_reason": "length"}),
+            Route::Completions => EventChoice::text("", Some("length")),
+            Route::Chat => EventChoice::delta(
+                Delta {
+                    role: None,
+                    content: None,
+                },
+                Some("length"),
+            ),
         }
     }
 
@@ -198,36 +223,96 @@ impl StreamState {
         for i in 0..d.tokens {
             let first = self.sent_tokens == 0;
             // The staged KV's parameters ride on the first event of the finishing delivery.
-            let extra = (d.finished && i == 0)
-                .then(|| self.reply.transfer.clone())
-                .flatten()
-                .map(|p| ("kv_transfer_params", p));
-            let chunk = self.reply.chunk(self.reply.token_choice(first), extra);
+            let params = (d.finished && i == 0)
+                .then_some(self.reply.transfer.as_ref())
+                .flatten();
+            let chunk = self
+                .reply
+                .chunk(self.reply.token_choice(first), None, params);
             self.out.push_back(chunk);
             self.sent_tokens += 1;
         }
         if d.finished {
             self.guard.armed = false;
             self.done = true;
-            let usage = self.reply.usage(self.sent_tokens, d.cached_tokens);
-            let mut chunk = self
+            let usage = self.reply.event_usage(self.sent_tokens, d.cached_tokens);
+            // A delivery without tokens carries the staged KV's parameters on this event.
+            let params = (d.tokens == 0)
+                .then_some(self.reply.transfer.as_ref())
+                .flatten();
+            let chunk = self
                 .reply
-                .chunk(self.reply.final_choice(), Some(("usage", usage)));
-            if d.tokens == 0
-                && let Some(params) = self.reply.transfer.clone()
-            {
-                let mut usage_and_params =
-                    json!({"usage": self.reply.usage(self.sent_tokens, d.cached_tokens)});
-                if let Value::Object(map) = &mut usage_and_params {
-                    map.insert("kv_transfer_params".to_owned(), params);
-                }
-                chunk = self
-                    .reply
-                    .chunk_with(self.reply.final_choice(), usage_and_params);
-            }
+                .chunk(self.reply.final_choice(), Some(usage), params);
             self.out.push_back(chunk);
             self.out
                 .push_back(bytes::Bytes::from_static(b"data: [DONE]\n\n"));
         }
     }
+}
+
+/// One streamed event as the simulated worker writes it (vLLM's field names).
+#[derive(Serialize)]
+struct Event<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [EventChoice; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<EventUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_transfer_params: Option<&'a Value>,
+}
+
+/// A choice of a completion (`text`) or chat (`delta`) event.
+#[derive(Serialize)]
+struct EventChoice {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<Delta>,
+    finish_reason: Option<&'static str>,
+}
+
+impl EventChoice {
+    fn text(text: &'static str, finish_reason: Option<&'static str>) -> Self {
+        Self {
+            index: 0,
+            text: Some(text),
+            delta: None,
+            finish_reason,
+        }
+    }
+
+    fn delta(delta: Delta, finish_reason: Option<&'static str>) -> Self {
+        Self {
+            index: 0,
+            text: None,
+            delta: Some(delta),
+            finish_reason,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'static str>,
+}
+
+/// vLLM's usage, with `prompt_tokens_details.cached_tokens`.
+#[derive(Serialize)]
+struct EventUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: CachedTokens,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u32,
 }
