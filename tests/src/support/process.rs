@@ -191,6 +191,21 @@ impl Drop for Proc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // `SWITCHYARD_TEST_LOGS=dir`: every process's whole output, kept for a look after
+        // the run (`<name>-<pid>.log`).
+        if let Some(dir) = std::env::var_os("SWITCHYARD_TEST_LOGS") {
+            let dir = std::path::Path::new(&dir);
+            let file = dir.join(format!("{}-{}.log", self.name, self.child.id()));
+            if let Err(e) =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, self.output()))
+            {
+                eprintln!(
+                    "cannot keep {}'s output in {}: {e}",
+                    self.name,
+                    file.display()
+                );
+            }
+        }
     }
 }
 
