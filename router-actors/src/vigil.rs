@@ -49,6 +49,25 @@ impl Vigil {
         let unheard = gap.saturating_sub(self.every);
         (unheard > Self::TOLERANCE).then_some(unheard)
     }
+
+    /// [`Self::ran`] for an actor holding `held` leases of `what` (`"worker"`, `"peer"`): a
+    /// stop is reported (and logged) only while it holds any.
+    pub fn ran_holding(
+        &mut self,
+        now: Instant,
+        held: usize,
+        what: &'static str,
+    ) -> Option<Duration> {
+        let stopped = self.ran(now).filter(|_| held > 0)?;
+        tracing::warn!(
+            stopped_ms = u64::try_from(stopped.as_millis()).unwrap_or(u64::MAX),
+            leases = what,
+            held,
+            "this node did not run for a while (a paused VM or process, a starved machine): \
+             leases extended by that long, not run out"
+        );
+        Some(stopped)
+    }
 }
 
 #[cfg(test)]

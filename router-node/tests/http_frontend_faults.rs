@@ -151,25 +151,7 @@ async fn a_worker_that_left_between_admission_and_dispatch_is_not_a_failed_reque
     node.router
         .upsert_worker(router_core::WorkerSpec::new(9, 1, 1000, 2000))
         .unwrap();
-    let retries = |text: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with("switchyard_http_retries_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let mut sent = 0;
-    loop {
-        let response = node
-            .call("/v1/completions", json!({"model": "m", "prompt": [sent]}))
-            .await;
-        assert_eq!(response.status(), 200, "request {sent}");
-        sent += 1;
-        let metrics = node.admin_get("/metrics").await.text().await.unwrap();
-        if retries(&metrics) >= 3.0 {
-            break;
-        }
-        assert!(sent < 100, "worker 9 was never picked three times");
-    }
+    succeed_until_three_retries(&node, "worker 9").await;
     // A worker that left is not a failing one: the breaker holds nothing against it.
     let state: serde_json::Value = node.admin_get("/debug/state").await.json().await.unwrap();
     assert_eq!(state["worker_breaker"], json!([]), "{state}");
@@ -388,27 +370,9 @@ async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_reques
     };
     let live = spawn_worker(1, MS).await;
     let node = spawn_node(&[&closed, &live.url], Limits::default()).await;
-    let retries = |text: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with("switchyard_http_retries_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
     // Until the dead worker has refused three connections (placement picks it about half the
     // time), every request still succeeds: each refused one is placed again on worker 2.
-    let mut sent = 0;
-    loop {
-        let response = node
-            .call("/v1/completions", json!({"model": "m", "prompt": [sent]}))
-            .await;
-        assert_eq!(response.status(), 200, "request {sent}");
-        sent += 1;
-        let metrics = node.admin_get("/metrics").await.text().await.unwrap();
-        if retries(&metrics) >= 3.0 {
-            break;
-        }
-        assert!(sent < 100, "the dead worker was never picked three times");
-    }
+    succeed_until_three_retries(&node, "the dead worker").await;
     let state: serde_json::Value = node.admin_get("/debug/state").await.json().await.unwrap();
     let breaker = &state["worker_breaker"];
     assert_eq!(breaker[0]["worker"], 1, "{breaker}");
@@ -426,4 +390,31 @@ async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_reques
     let metrics = node.admin_get("/metrics").await.text().await.unwrap();
     assert_eq!(retries(&metrics), 3.0, "{metrics}");
     node.assert_idle().await;
+}
+
+/// `switchyard_http_retries_total`, summed over classes.
+fn retries(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("switchyard_http_retries_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Sends requests, each answered 200, until the node has placed three of them a second time
+/// (`worker` was picked three times; placement picks it about half the time).
+async fn succeed_until_three_retries(node: &support::Node, worker: &str) {
+    let mut sent = 0;
+    loop {
+        let response = node
+            .call("/v1/completions", json!({"model": "m", "prompt": [sent]}))
+            .await;
+        assert_eq!(response.status(), 200, "request {sent}");
+        sent += 1;
+        let metrics = node.admin_get("/metrics").await.text().await.unwrap();
+        if retries(&metrics) >= 3.0 {
+            return;
+        }
+        assert!(sent < 100, "{worker} was never picked three times");
+    }
 }

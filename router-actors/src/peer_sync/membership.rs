@@ -13,20 +13,10 @@ impl PeerSyncState {
     /// The actor runs at `now`: after a stop of this node (nothing ran, so no peer could be
     /// heard), every peer's lease is extended by the time it was stopped.
     pub(super) fn running(&mut self, now: Instant) {
-        let Some(stopped) = self.vigil.ran(now) else {
+        let Some(stopped) = self.vigil.ran_holding(now, self.peers.len(), "peer") else {
             return;
         };
-        if self.peers.is_empty() {
-            return;
-        }
         self.counters.leases_kept_stopped += 1;
-        tracing::warn!(
-            pool = ?self.pool,
-            stopped_ms = u64::try_from(stopped.as_millis()).unwrap_or(u64::MAX),
-            peers = self.peers.len(),
-            "this node did not run for a while (a paused VM or process, a starved machine): \
-             peers' leases extended by that long, not run out"
-        );
         for peer in self.peers.values_mut() {
             peer.last_seen = (peer.last_seen + stopped).min(now);
         }

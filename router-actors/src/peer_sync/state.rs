@@ -73,7 +73,7 @@ pub struct PeerSyncState {
     cluster: String,
     pub(super) bookings_subject: String,
     pub(super) snapshot_subject: String,
-    pub(super) pool: PoolRole,
+    pool: PoolRole,
     pub(super) me: RouterId,
     pub(super) router: RouterHandle,
     pub(super) config: PeerSyncConfig,

@@ -242,19 +242,10 @@ impl RegistryState {
     /// The actor runs at `now`: after a stop of this node (nothing ran, so nothing could be
     /// heard), every lease is extended by the time it was stopped.
     pub(super) fn running(&mut self, now: Instant) {
-        let Some(stopped) = self.vigil.ran(now) else {
+        let Some(stopped) = self.vigil.ran_holding(now, self.workers.len(), "worker") else {
             return;
         };
-        if self.workers.is_empty() {
-            return;
-        }
         self.counters.leases_kept_stopped += 1;
-        tracing::warn!(
-            stopped_ms = u64::try_from(stopped.as_millis()).unwrap_or(u64::MAX),
-            workers = self.workers.len(),
-            "this node did not run for a while (a paused VM or process, a starved machine): \
-             worker leases extended by that long, not run out"
-        );
         self.deadlines.clear();
         for (key, entry) in &mut self.workers {
             entry.expires += stopped;
