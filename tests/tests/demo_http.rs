@@ -2,7 +2,8 @@
 //! node and simulated engines in one process, sends the built-in workload through its own
 //! OpenAI endpoint and prints a summary that accounts for every request exactly once, with
 //! an idle ledger afterwards; without `--once` it keeps serving until SIGTERM; bad command
-//! lines exit 2 with a message; `--disagg` runs a prefill and a decode pool.
+//! lines exit 2 with a message; `--disagg` runs a prefill and a decode pool; a serving demo
+//! keeps serving a client that started beside it.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -241,4 +242,124 @@ fn a_listen_address_in_use_exits_1_with_a_message() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot bind"), "{err}");
+}
+
+/// One streamed completion sent to `addr` with plain HTTP/1.1; the whole answer.
+fn stream_once(addr: &str, max_tokens: u32) -> std::io::Result<String> {
+    let body = format!(
+        r#"{{"model":"sim","prompt":"a client beside the demo","max_tokens":{max_tokens},"stream":true}}"#
+    );
+    let mut conn = TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        conn,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\n\
+         x-policy-class: batch\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// A client (a bench, say) sending requests while the demo runs its own workload keeps the
+/// ledgers busy when the demo checks them: a serving demo says so and keeps serving (it used
+/// to exit 1 under the client's feet).
+#[test]
+fn a_serving_demo_survives_a_client_that_started_beside_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(router_node_bin())
+        .args([
+            "demo",
+            "--listen",
+            &addr,
+            "--requests",
+            "40",
+            "--workers",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the router-node binary runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Four clients streaming back to back from the moment the port answers until the demo
+    // has printed its report (and a little after).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, done) = (addr.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut ok = 0u32;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    match stream_once(&addr, 200) {
+                        Ok(a) if a.starts_with("HTTP/1.1 200") && a.contains("[DONE]") => ok += 1,
+                        // Not listening yet, or the demo's own admission said no: try again.
+                        _ => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    loop {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = child.kill();
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!(
+                "no serving line; output so far:\n{}\n{err}",
+                seen.join("\n")
+            );
+        };
+        let serving = line.contains("serving the OpenAI API at ");
+        seen.push(line);
+        if serving {
+            break;
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served: u32 = clients.into_iter().map(|c| c.join().expect("client")).sum();
+    assert!(served > 0, "the clients were never served: {seen:?}");
+    assert_eq!(
+        child.try_wait().expect("wait"),
+        None,
+        "the demo exited: {seen:?}"
+    );
+    let answer = stream_once(&addr, 4).expect("the node still answers");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the demo did not stop after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
 }
