@@ -170,23 +170,7 @@ fn without_once_the_node_keeps_serving_until_sigterm() {
     assert!(state.contains("\"scheduler\""), "{state}");
     assert!(get_state(addr).starts_with("HTTP/1.1 404"));
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the demo did not stop after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(sigterm_and_wait(&mut child).code(), Some(0));
 }
 
 #[test]
@@ -345,21 +329,25 @@ fn a_serving_demo_survives_a_client_that_started_beside_it() {
     let answer = stream_once(&addr, 4).expect("the node still answers");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("data: [DONE]"), "{answer}");
+    assert_eq!(sigterm_and_wait(&mut child).code(), Some(0));
+}
+
+/// SIGTERM to a running demo, then its exit status (within 20 s, or the test fails).
+fn sigterm_and_wait(child: &mut std::process::Child) -> std::process::ExitStatus {
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(killed.success());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().expect("wait") {
-            break status;
+            return status;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             panic!("the demo did not stop after SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    }
 }
