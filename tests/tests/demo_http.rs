@@ -84,30 +84,7 @@ fn the_http_demo_accounts_for_every_request_and_ends_idle() {
 /// until SIGTERM, then exits 0.
 #[test]
 fn without_once_the_node_keeps_serving_until_sigterm() {
-    let mut child = Command::new(router_node_bin())
-        .args([
-            "demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--requests",
-            "12",
-            "--workers",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the router-node binary runs");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = serving_demo("127.0.0.1:0", 12);
     let mut seen = Vec::new();
     let (url, admin) = loop {
         let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
@@ -256,30 +233,7 @@ fn a_serving_demo_survives_a_client_that_started_beside_it() {
         .expect("a free port")
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(router_node_bin())
-        .args([
-            "demo",
-            "--listen",
-            &addr,
-            "--requests",
-            "40",
-            "--workers",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the router-node binary runs");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = serving_demo(&addr, 40);
     // Four clients streaming back to back from the moment the port answers until the demo
     // has printed its report (and a little after).
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -303,14 +257,7 @@ fn a_serving_demo_survives_a_client_that_started_beside_it() {
     loop {
         let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
             let _ = child.kill();
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!(
-                "no serving line; output so far:\n{}\n{err}",
-                seen.join("\n")
-            );
+            panic!("no serving line; output so far:\n{}", seen.join("\n"));
         };
         let serving = line.contains("serving the OpenAI API at ");
         seen.push(line);
@@ -350,4 +297,35 @@ fn sigterm_and_wait(child: &mut std::process::Child) -> std::process::ExitStatus
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `router-node demo` serving on `listen` after `requests` built-in requests on one worker,
+/// and its stdout line by line.
+fn serving_demo(listen: &str, requests: u32) -> (std::process::Child, mpsc::Receiver<String>) {
+    let requests = requests.to_string();
+    let mut child = Command::new(router_node_bin())
+        .args([
+            "demo",
+            "--listen",
+            listen,
+            "--requests",
+            &requests,
+            "--workers",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the router-node binary runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
 }
