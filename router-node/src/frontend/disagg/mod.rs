@@ -212,7 +212,13 @@ pub(super) async fn admit_and_forward(
             }
         };
         match answer {
-            Err(e) if e.reason == PREFILL_CONNECT || e.reason == ApiError::NO_ENDPOINT => {
+            // Refused, or gone from the directory since its admission (the prefill worker
+            // itself: a decode leg's missing endpoint is the decode side's to handle).
+            Err(e)
+                if e.reason == PREFILL_CONNECT
+                    || (e.reason == ApiError::NO_ENDPOINT
+                        && state.directory.endpoint(worker).is_none()) =>
+            {
                 // The hold (or the SGLang legs) went with the attempt: both bookings and the
                 // reservation are released.
                 placements.refused(state, class, worker, "prefill", e.clone())?;
