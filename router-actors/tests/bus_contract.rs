@@ -332,11 +332,13 @@ contract!(
 
 #[tokio::test]
 async fn nats_unreachable_server_is_a_transport_error() {
-    // Start and stop a server to get a port that nothing listens on.
-    let url = {
-        let server = NatsServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-        server.url().to_owned()
-    };
+    // A port bound by a socket that never listens: refused, and no server started by another
+    // test beside this one can take it meanwhile.
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("binds");
+    let url = format!("nats://{}", socket.local_addr().expect("an address"));
     let result = tokio::time::timeout(WAIT, NatsBus::connect(&url))
         .await
         .expect("connect gave up in time");

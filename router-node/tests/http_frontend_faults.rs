@@ -14,7 +14,9 @@ use futures::StreamExt;
 use router_node::frontend::Limits;
 use serde_json::json;
 use std::time::Duration;
-use support::{Fault, error_of, occupy, spawn_faulty_worker, spawn_node, spawn_worker};
+use support::{
+    Fault, RefusingPort, error_of, occupy, spawn_faulty_worker, spawn_node, spawn_worker,
+};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -117,12 +119,9 @@ async fn a_worker_client_error_keeps_its_status() {
 
 #[tokio::test]
 async fn an_unreachable_or_unknown_worker_is_an_error_and_releases_the_booking() {
-    // A port that was bound and closed again: nothing listens there.
-    let closed = {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
-    let node = spawn_node(&[&closed], Limits::default()).await;
+    // Nothing listens there.
+    let refusing = RefusingPort::bind();
+    let node = spawn_node(&[&refusing.url], Limits::default()).await;
     let response = node
         .call("/v1/completions", json!({"model": "m", "prompt": [1]}))
         .await;
@@ -363,13 +362,10 @@ async fn health_fails_naming_a_required_actor_that_is_gone_and_not_restarted() {
 
 #[tokio::test]
 async fn a_worker_that_refuses_connections_is_avoided_then_ejected_and_no_request_fails() {
-    // Worker 1 is a port that was bound and closed again; worker 2 answers.
-    let closed = {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
+    // Worker 1 is a port nobody listens on; worker 2 answers.
+    let refusing = RefusingPort::bind();
     let live = spawn_worker(1, MS).await;
-    let node = spawn_node(&[&closed, &live.url], Limits::default()).await;
+    let node = spawn_node(&[&refusing.url, &live.url], Limits::default()).await;
     // Until the dead worker has refused three connections (placement picks it about half the
     // time), every request still succeeds: each refused one is placed again on worker 2.
     succeed_until_three_retries(&node, "the dead worker").await;

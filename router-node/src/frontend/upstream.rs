@@ -218,9 +218,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_connection_is_a_connect_error() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let addr = listener.local_addr().expect("an address");
-        drop(listener);
+        // Bound but never listening: refused, and no other test can take the port meanwhile.
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("an address"))
+            .expect("binds");
+        let addr = socket.local_addr().expect("an address");
         let uri: Uri = format!("http://{addr}/v1/completions")
             .parse()
             .expect("a URI");

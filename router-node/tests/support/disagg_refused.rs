@@ -4,16 +4,11 @@
 //! other worker of its pool, so every request succeeds; after three refusals the breaker
 //! ejects it and no leg goes near it; both ledgers end idle.
 
+use crate::support::RefusingPort;
 use super::disagg::*;
 use router_core::{PoolRole, WorkerId};
 use router_sim::Role;
 use serde_json::{Value, json};
-
-/// A port that was bound and closed again: nothing listens there.
-async fn closed_port() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    format!("http://{}", listener.local_addr().unwrap())
-}
 
 /// The sum of `switchyard_http_retries_total` over its classes, read from the node's
 /// metrics registry as a scrape would.
@@ -74,8 +69,9 @@ async fn refused_three_times_then_ejected(fe: &Frontend, dead: u64) {
 /// Prefill pool: a dead worker (1) and a simulated one (2); one simulated decode worker.
 pub(crate) async fn a_refused_prefill_leg_is_placed_on_the_other_prefill_worker() {
     let mut fleet = fleet().await;
+    let refusing = RefusingPort::bind();
     fleet
-        .announce(PREFILL_ID, PoolRole::Prefill, &closed_port().await)
+        .announce(PREFILL_ID, PoolRole::Prefill, &refusing.url)
         .await;
     fleet.sim(PREFILL_ID + 1, Role::Prefill, 16_384, 20.0).await;
     fleet.sim(DECODE_ID, Role::Decode, 16_384, 20.0).await;
@@ -91,8 +87,9 @@ pub(crate) async fn a_refused_prefill_leg_is_placed_on_the_other_prefill_worker(
 pub(crate) async fn a_refused_decode_leg_is_placed_on_the_other_decode_worker() {
     let mut fleet = fleet().await;
     fleet.sim(PREFILL_ID, Role::Prefill, 16_384, 20.0).await;
+    let refusing = RefusingPort::bind();
     fleet
-        .announce(DECODE_ID, PoolRole::Decode, &closed_port().await)
+        .announce(DECODE_ID, PoolRole::Decode, &refusing.url)
         .await;
     fleet.sim(DECODE_ID + 1, Role::Decode, 16_384, 20.0).await;
     let fe = fleet.frontend().await;

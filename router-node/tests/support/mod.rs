@@ -25,6 +25,26 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+/// A port that refuses every connection for as long as this value lives: a socket bound to it
+/// that never listens. (A port bound and closed again is free for the OS to hand to another
+/// test's listener running beside this one, which would then answer.)
+pub struct RefusingPort {
+    _socket: tokio::net::TcpSocket,
+    pub url: String,
+}
+
+impl RefusingPort {
+    pub fn bind() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url = format!("http://{}", socket.local_addr().unwrap());
+        Self {
+            _socket: socket,
+            url,
+        }
+    }
+}
+
 pub const PROFILE: &str = r#"
 default_class = "interactive"
 [[classes]]
