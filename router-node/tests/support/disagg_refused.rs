@@ -4,8 +4,8 @@
 //! other worker of its pool, so every request succeeds; after three refusals the breaker
 //! ejects it and no leg goes near it; both ledgers end idle.
 
-use crate::support::RefusingPort;
 use super::disagg::*;
+use crate::support::RefusingPort;
 use router_core::{PoolRole, WorkerId};
 use router_sim::Role;
 use serde_json::{Value, json};
