@@ -105,6 +105,10 @@ pub async fn publish_sealed<T: serde::Serialize>(
 
 /// Whether `subject` matches the subscription `pattern` (`*` = one token, `>` = the rest).
 pub fn subject_matches(pattern: &str, subject: &str) -> bool {
+    // Most subscriptions name one subject: compared whole, without splitting either.
+    if !pattern.contains(['*', '>']) {
+        return pattern == subject;
+    }
     let mut p = pattern.split('.');
     let mut s = subject.split('.');
     loop {
@@ -120,17 +124,24 @@ pub fn subject_matches(pattern: &str, subject: &str) -> bool {
 
 /// A subject is non-empty dot-separated tokens without spaces; `*` and `>` only in patterns.
 pub fn valid_subject(subject: &str, pattern: bool) -> bool {
-    !subject.is_empty()
-        && subject.split('.').enumerate().all(|(i, t)| {
-            let last = i + 1 == subject.split('.').count();
-            !t.is_empty()
-                && !t.contains(char::is_whitespace)
-                && match t {
-                    "*" => pattern,
-                    ">" => pattern && last,
-                    _ => !t.contains('*') && !t.contains('>'),
-                }
-        })
+    if subject.is_empty() {
+        return false;
+    }
+    let mut tokens = subject.split('.').peekable();
+    while let Some(t) = tokens.next() {
+        let last = tokens.peek().is_none();
+        let valid = !t.is_empty()
+            && !t.contains(char::is_whitespace)
+            && match t {
+                "*" => pattern,
+                ">" => pattern && last,
+                _ => !t.contains(['*', '>']),
+            };
+        if !valid {
+            return false;
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -145,6 +156,10 @@ mod tests {
         assert!(subject_matches("a.>", "a.x.c"));
         assert!(!subject_matches("a.>", "a"));
         assert!(!subject_matches("a.b", "a.b.c"));
+        assert!(!subject_matches("a.b.c", "a.b"));
+        assert!(!subject_matches("a.b.c", "a.b.d"));
+        assert!(subject_matches("*", "a"));
+        assert!(!subject_matches("*", "a.b"));
     }
 
     #[test]
@@ -156,5 +171,9 @@ mod tests {
         assert!(!valid_subject("sy.>.room", true));
         assert!(!valid_subject("has space", false));
         assert!(!valid_subject("", true));
+        assert!(valid_subject("sy.>", true));
+        assert!(!valid_subject("sy.>", false));
+        assert!(!valid_subject("sy.a*b", true));
+        assert!(!valid_subject("sy.room.", false));
     }
 }
