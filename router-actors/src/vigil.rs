@@ -12,7 +12,12 @@
 //! it could hear nothing, and the actor adds it to every lease it holds: leases count the time
 //! the node was listening. An ordinary late wake-up (a busy mailbox, scheduling noise) stays
 //! under [`Vigil::TOLERANCE`] and changes nothing.
+//!
+//! The same holds for a wait on an actor's answer ([`within_running`]): a node stopped while a
+//! request waited for its admission wakes up with the wait's deadline passed and the answer
+//! not computed yet. Only the time the node ran counts against the wait.
 
+use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -70,6 +75,30 @@ impl Vigil {
     }
 }
 
+/// Awaits `fut` for at most `budget` of the time this node ran: a stop of the node while
+/// waiting (see the module) does not use the budget up, since what was awaited could not make
+/// progress either. `None` when the budget ran out first. Wakes every [`VIGIL_EVERY`] while it
+/// waits, to notice a stop.
+pub async fn within_running<F: Future>(budget: Duration, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let start = Instant::now();
+    let mut vigil = Vigil::new(VIGIL_EVERY, start);
+    let mut deadline = start + budget;
+    loop {
+        let wake = deadline.min(Instant::now() + VIGIL_EVERY);
+        if let Ok(out) = tokio::time::timeout_at(wake, fut.as_mut()).await {
+            return Some(out);
+        }
+        let now = Instant::now();
+        if let Some(stopped) = vigil.ran(now) {
+            deadline += stopped;
+        }
+        if now >= deadline {
+            return None;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +132,31 @@ mod tests {
         let mut vigil = Vigil::new(Duration::ZERO, Instant::now());
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(vigil.ran(Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_counts_only_the_time_the_node_ran() {
+        let (answer, answered) = tokio::sync::oneshot::channel::<u32>();
+        let waiting = tokio::spawn(within_running(Duration::from_secs(2), answered));
+        tokio::task::yield_now().await;
+        // The machine stops for 10 s: on waking, every timer is overdue and the answer is not
+        // there yet (the actor has not run either); it comes a moment later.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "the wait ran out during the stop");
+        answer
+            .send(7)
+            .unwrap_or_else(|_| panic!("the wait gave up"));
+        assert_eq!(waiting.await.ok().flatten().and_then(Result::ok), Some(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_on_nothing_ends_when_its_running_time_is_spent() {
+        let started = Instant::now();
+        let never = std::future::pending::<()>();
+        assert_eq!(within_running(Duration::from_secs(2), never).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
     }
 }

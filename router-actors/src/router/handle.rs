@@ -5,9 +5,8 @@
 
 use super::{OwnState, OwnerDigest, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
-use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT};
+use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, ask};
 use ractor::ActorRef;
-use ractor::rpc::CallResult;
 use router_core::{
     Admission, ClassId, DecodeReservation, RejectReason, RequestId, RouteRequest, RouterId,
     WorkerId, WorkerSpec,
@@ -104,20 +103,17 @@ impl RouterHandle {
     pub async fn route(&self, request: RouteRequest) -> Result<Admission, RouteError> {
         let arrival = self.clock.now();
         let actor = self.slot.get().ok_or(RouteError::Unavailable)?;
-        match actor
-            .call(
-                |reply| RouterMsg::Route {
-                    request,
-                    arrival,
-                    reply,
-                },
-                self.route_timeout,
-            )
-            .await
-        {
-            Ok(CallResult::Success(result)) => result,
-            _ => Err(RouteError::Unavailable),
-        }
+        let routed = ask(
+            &actor,
+            |reply| RouterMsg::Route {
+                request,
+                arrival,
+                reply,
+            },
+            self.route_timeout,
+        )
+        .await;
+        routed.unwrap_or(Err(RouteError::Unavailable))
     }
 
     pub fn prefill_done(&self, id: RequestId) -> Result<(), ActorGone> {

@@ -18,7 +18,7 @@ mod tests;
 pub use board::{ChildBoard, Missing};
 pub use inflight::InflightRegistry;
 pub use policy::{RestartBudget, RestartDecision, RestartPolicy};
-pub use slot::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT};
+pub use slot::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, ask};
 pub use tasks::OwnedTasks;
 
 use futures::future::BoxFuture;

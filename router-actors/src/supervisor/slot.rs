@@ -5,7 +5,8 @@
 //!
 //! [`ActorSlot::call`] is how every handle asks its actor and waits: with a deadline, so a
 //! stuck actor is an error ([`CallError::Timeout`]) for the caller (an HTTP endpoint, a
-//! scrape), never a hang.
+//! scrape), never a hang. The deadline counts the time the node ran: a stopped VM wakes up
+//! with every deadline passed and no actor having had a chance to answer.
 
 use arc_swap::ArcSwapOption;
 use ractor::rpc::CallResult;
@@ -85,15 +86,39 @@ impl<M: Message> ActorSlot<M> {
         F: FnOnce(RpcReplyPort<R>) -> M,
     {
         let actor = self.get().ok_or(CallError::Gone)?;
-        match actor.call(build, Some(timeout)).await {
-            Ok(CallResult::Success(answer)) => Ok(answer),
-            Ok(CallResult::Timeout) => Err(CallError::Timeout(timeout)),
-            Ok(CallResult::SenderError) | Err(_) => Err(CallError::Gone),
-        }
+        ask(&actor, build, Some(timeout)).await
     }
 
     /// Sends to the current actor without waiting; `false` if there is none or it is gone.
     pub fn cast(&self, msg: M) -> bool {
         self.get().is_some_and(|actor| actor.cast(msg).is_ok())
+    }
+}
+
+/// Asks `actor` and waits for its answer: at most `timeout` of the time this node ran (a stop
+/// of the whole node does not count: [`crate::vigil::within_running`]), or for as long as the
+/// actor lives when `None`. Dropping the future drops the reply port: the actor sees its
+/// caller gave up.
+pub async fn ask<M, R, F>(
+    actor: &ActorRef<M>,
+    build: F,
+    timeout: Option<Duration>,
+) -> Result<R, CallError>
+where
+    M: Message,
+    R: Send + 'static,
+    F: FnOnce(RpcReplyPort<R>) -> M,
+{
+    let answer = actor.call(build, None);
+    let answer = match timeout {
+        Some(timeout) => crate::vigil::within_running(timeout, answer)
+            .await
+            .ok_or(CallError::Timeout(timeout))?,
+        None => answer.await,
+    };
+    match answer {
+        Ok(CallResult::Success(answer)) => Ok(answer),
+        Ok(CallResult::Timeout) => Err(CallError::Timeout(timeout.unwrap_or_default())),
+        Ok(CallResult::SenderError) | Err(_) => Err(CallError::Gone),
     }
 }
