@@ -33,7 +33,8 @@
 //! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
 //! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
 //! template), `chat_template.rs`, `upstream.rs` (the upstream legs' HTTP client: hyper's,
-//! pooled), `upstream_url.rs` (the workers' route URLs, parsed once).
+//! pooled), `upstream_url.rs` (the workers' route URLs, parsed once), `timer.rs` (hyper's
+//! timer for the listeners: a deadline that passed while the node was stopped gets a grace).
 
 mod admin;
 mod admit;
@@ -58,6 +59,7 @@ mod prompter;
 mod proxy;
 mod server;
 mod split;
+mod timer;
 mod tokenizer;
 mod upstream;
 mod upstream_url;

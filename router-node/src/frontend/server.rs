@@ -16,9 +16,10 @@
 //! shutdown.
 
 use super::Metrics;
+use super::timer::GraceTimer;
 use axum::Router;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
@@ -55,7 +56,7 @@ pub async fn serve_app(
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
+        .timer(GraceTimer)
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
     let mut shutdown = std::pin::pin!(shutdown);
