@@ -41,7 +41,7 @@ pub mod router;
 pub mod supervisor;
 #[cfg(feature = "testsuite")]
 pub mod testkit;
-mod vigil;
+pub mod vigil;
 pub mod wire;
 pub mod worker_link;
 

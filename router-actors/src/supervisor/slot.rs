@@ -118,7 +118,7 @@ where
     };
     match answer {
         Ok(CallResult::Success(answer)) => Ok(answer),
-        Ok(CallResult::Timeout) => Err(CallError::Timeout(timeout.unwrap_or_default())),
-        Ok(CallResult::SenderError) | Err(_) => Err(CallError::Gone),
+        // ractor never answers `Timeout`: its own timeout is never set here.
+        Ok(CallResult::Timeout | CallResult::SenderError) | Err(_) => Err(CallError::Gone),
     }
 }

@@ -13,8 +13,8 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 /// A deadline that fires this much later than it was set for is taken for a stop of the node,
-/// and the grace it then gets.
-pub const GRACE: Duration = Duration::from_millis(250);
+/// and the grace it then gets: the vigil's tolerance, so one rule says what a stop is.
+pub const GRACE: Duration = router_actors::vigil::Vigil::TOLERANCE;
 
 /// hyper's [`Timer`] on tokio's clock, with a grace for deadlines that passed during a stop.
 #[derive(Debug, Clone, Copy, Default)]
