@@ -5,11 +5,14 @@
 # node with its OpenAI frontend on an in-process bus, loopback only), then measures with wrk,
 # closed loop, a fixed number of connections:
 #   (a) direct:  POST <worker 1>/v1/completions   (non-streaming, max_tokens 1, tiny prompt)
-#   (b) router:  POST <router>/v1/completions     (same body; the router streams upstream)
-# alternating (a) and (b) REPEATS times, once with CONNECTIONS connections (throughput; the
+#   (b) bare:    POST <bare proxy>/v1/completions (same body, passed through as it is by a
+#                bare reverse proxy in the same process with the router's HTTP client: the
+#                floor any proxy pays here; BARE=0 leaves it out)
+#   (c) router:  POST <router>/v1/completions     (same body; the router streams upstream)
+# alternating (a), (b) and (c) REPEATS times, once with CONNECTIONS connections (throughput; the
 # machine is saturated, so latency there is mostly queueing) and once with LAT_CONNECTIONS
 # (added latency without queueing), and reports req/s, latency p50/p99, the overhead
-# (router - direct) at p50 and p99 and the target's CPU time per request; then (c) the target
+# (router - direct) at p50 and p99 and the target's CPU time per request; then (d) the target
 # process's RSS (VmRSS) sampled while at least MEM_REQUESTS requests go through the router
 # (bounded by MEM_MAX_SECONDS).
 #
@@ -18,6 +21,7 @@
 #
 # Environment (defaults): CONNECTIONS=64 THREADS=2 LAT_CONNECTIONS=1 DURATION=20 WARMUP=5
 #   REPEATS=3 MEM_REQUESTS=1000000 MEM_CHUNK=30 MEM_MAX_SECONDS=300 WORKERS=2 PORT=18080
+#   BARE=1 BARE_PORT=PORT+10
 #   TARGET_ARGS="" (extra arguments, e.g. --no-telemetry) SKIP_BUILD=0
 #   CARGO_TARGET_DIR (default: <repo>/target)
 # Usage: scripts/bench-http.sh
@@ -34,6 +38,8 @@ MEM_CHUNK=${MEM_CHUNK:-30}
 MEM_MAX_SECONDS=${MEM_MAX_SECONDS:-300}
 WORKERS=${WORKERS:-2}
 PORT=${PORT:-18080}
+BARE=${BARE:-1}
+BARE_PORT=${BARE_PORT:-$((PORT + 10))}
 TARGET_ARGS=${TARGET_ARGS:-}
 SKIP_BUILD=${SKIP_BUILD:-0}
 
@@ -67,6 +73,9 @@ cleanup() {
 trap cleanup EXIT
 
 # --- the target ------------------------------------------------------------------------------
+if [ "$BARE" = 1 ]; then
+    TARGET_ARGS="$TARGET_ARGS --bare-proxy 127.0.0.1:$BARE_PORT"
+fi
 # shellcheck disable=SC2086 # TARGET_ARGS is a list of words
 "$bin" --workers "$WORKERS" --listen "127.0.0.1:$PORT" $TARGET_ARGS >"$work/target.out" 2>"$work/target.err" &
 target_pid=$!
@@ -78,7 +87,10 @@ done
 grep -qx ready "$work/target.out" || { echo "the target did not get ready" >&2; exit 1; }
 direct=$(awk '$1 == "worker" && $2 == 1 {print $3}' "$work/target.out")
 router=$(awk '$1 == "router" {print $2}' "$work/target.out")
-echo "target pid $target_pid: router $router, worker 1 $direct ($WORKERS workers)"
+bare=$(awk '$1 == "bare" {print $2}' "$work/target.out")
+sides="direct router"
+[ -n "$bare" ] && sides="direct bare router"
+echo "target pid $target_pid: router $router, worker 1 $direct ($WORKERS workers)${bare:+, bare proxy $bare}"
 
 # --- wrk script: the POST body, and a machine-readable summary ---------------------------------
 cat >"$work/post.lua" <<'LUA'
@@ -97,7 +109,7 @@ end
 LUA
 
 # One response of each, to check they answer 200 before loading them.
-for url in "$direct" "$router"; do
+for url in "$direct" "$router" $bare; do
     code=$(curl -s -o "$work/one.json" -w '%{http_code}' -H 'content-type: application/json' \
         -d '{"model":"sim","prompt":"hello world","max_tokens":1}' "$url/v1/completions")
     [ "$code" = 200 ] || { echo "$url answered $code: $(cat "$work/one.json")" >&2; exit 1; }
@@ -128,7 +140,7 @@ check() {
     fi
 }
 
-# measure CONNECTIONS THREADS: REPEATS x (direct, router), then min .. max of each figure
+# measure CONNECTIONS THREADS: REPEATS x (direct, bare, router), then min .. max of each figure
 measure() {
     local conns=$1 threads=$2 results=() r side url p0 p1 mb0 mt0 mb1 mt1 line secs
     local target_cpu machine_cpu cpu_us
@@ -136,9 +148,12 @@ measure() {
     echo "== wrk -t $threads -c $conns, ${DURATION}s per run, $REPEATS repeats" \
         "(load average $(cut -d' ' -f1-3 /proc/loadavg))"
     for r in $(seq "$REPEATS"); do
-        for side in direct router; do
-            url=$direct
-            [ "$side" = router ] && url=$router
+        for side in $sides; do
+            case $side in
+                direct) url=$direct ;;
+                bare) url=$bare ;;
+                router) url=$router ;;
+            esac
             p0=$(proc_ticks)
             read -r mb0 mt0 < <(machine_ticks)
             line=$(run_wrk "$url" "$DURATION" "$conns" "$threads")
@@ -175,15 +190,18 @@ measure() {
             upd(side " target cores", val[side, run, "target_cores"])
             upd(side " CPU us/req", val[side, run, "cpu_us"])
             runs[run] = 1
+            if (side == "bare") bare = 1
         }
         END {
             for (r in runs) {
                 upd("overhead p50 us", val["router", r, "p50_us"] - val["direct", r, "p50_us"])
                 upd("overhead p99 us", val["router", r, "p99_us"] - val["direct", r, "p99_us"])
             }
-            n = split("direct req/s,router req/s,direct p50 us,router p50 us,overhead p50 us," \
-                      "direct p99 us,router p99 us,overhead p99 us,direct target cores," \
-                      "router target cores,direct CPU us/req,router CPU us/req", keys, ",")
+            list = "direct req/s,router req/s,direct p50 us,router p50 us,overhead p50 us," \
+                   "direct p99 us,router p99 us,overhead p99 us,direct target cores," \
+                   "router target cores,direct CPU us/req,router CPU us/req"
+            if (bare) list = list ",bare req/s,bare p50 us,bare p99 us,bare CPU us/req"
+            n = split(list, keys, ",")
             for (i = 1; i <= n; i++) printf "  %-20s %10s .. %s\n", keys[i], lo[keys[i]], hi[keys[i]]
         }'
 }
@@ -192,6 +210,7 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 echo "warm-up: ${WARMUP}s each"
 run_wrk "$direct" "$WARMUP" >/dev/null
 run_wrk "$router" "$WARMUP" >/dev/null
+[ -n "$bare" ] && run_wrk "$bare" "$WARMUP" >/dev/null
 
 # throughput: enough connections to saturate the machine (latency here is mostly queueing)
 measure "$CONNECTIONS" "$THREADS"

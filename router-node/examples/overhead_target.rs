@@ -16,6 +16,9 @@
 //!   the same in-process bus (the first is the one measured; the others are its peers and own
 //!   their share of the ranks, so the measured one asks them for credits), `--no-credits`
 //!   turns room credits off for the contrast.
+//! - The floor: `--bare-proxy ADDR` also serves a bare reverse proxy in front of the same
+//!   workers (the body passed through with the router's HTTP client, nothing else), so that
+//!   one process shows what any proxy costs here next to what the router costs.
 //!
 //! Prints one line per address, then `ready` once the router answers `/ready` (it follows
 //! the workers' announcements):
@@ -24,7 +27,9 @@
 //! worker 1 http://127.0.0.1:41235
 //! worker 2 http://127.0.0.1:40111
 //! router http://127.0.0.1:18080
+//! admin 127.0.0.1:37635
 //! pid 12345
+//! bare http://127.0.0.1:18090      (with --bare-proxy 127.0.0.1:18090)
 //! ready
 //! ```
 //!
@@ -73,6 +78,13 @@ struct Args {
     /// Room credits off (`[scheduler] room_credits = false`).
     #[arg(long)]
     no_credits: bool,
+    /// Also serve, on this address, a bare reverse proxy in front of the same workers: each
+    /// request's body passed as it is to the next worker in turn and the answer passed back,
+    /// with the router's HTTP client and nothing else (no parsing, admission, streaming or
+    /// metrics). What any proxy in front of these workers pays on this machine: the floor
+    /// under the router's own work.
+    #[arg(long, value_name = "ADDR")]
+    bare_proxy: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -144,6 +156,19 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut served = Vec::new();
     let mut urls = vec![router_url.clone()];
+    let mut bare_served = None;
+    if let Some(addr) = &args.bare_proxy {
+        let listener = TcpListener::bind(addr).await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        println!("bare {url}");
+        urls.push(url);
+        let endpoints = workers.iter().map(|w| w.endpoint().to_owned()).collect();
+        let mut stop_rx = stop_rx.clone();
+        let bare = bare::serve(listener, endpoints, async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        });
+        bare_served = Some(tokio::spawn(bare));
+    }
     for n in 1..args.replicas {
         let peer = Listeners {
             public: TcpListener::bind("127.0.0.1:0").await?,
@@ -191,6 +216,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for served in served {
         served.await??;
     }
+    if let Some(bare) = bare_served {
+        bare.await??;
+    }
     for worker in workers {
         worker.shutdown().await?;
     }
@@ -213,4 +241,68 @@ async fn wait_ready(router_url: &str) -> Result<(), Box<dyn std::error::Error>> 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err("the router did not become ready within 30 s".into())
+}
+
+/// The bare reverse proxy of `--bare-proxy`: the floor under the router's own work.
+mod bare {
+    use axum::body::{Body, Bytes};
+    use axum::extract::State;
+    use axum::http::{Request, StatusCode, header};
+    use axum::response::{IntoResponse, Response};
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::TcpListener;
+
+    struct Proxy {
+        client: Client<HttpConnector, Full<Bytes>>,
+        endpoints: Vec<String>,
+        next: AtomicUsize,
+    }
+
+    /// Serves `POST /v1/completions` (passed to `endpoints` in turn) and `GET /ready` on
+    /// `listener` until `stop` completes.
+    pub async fn serve(
+        listener: TcpListener,
+        endpoints: Vec<String>,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let proxy = Arc::new(Proxy {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            endpoints,
+            next: AtomicUsize::new(0),
+        });
+        let app = axum::Router::new()
+            .route("/v1/completions", axum::routing::post(forward))
+            .route("/ready", axum::routing::get(|| async { "ready" }))
+            .with_state(proxy);
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+    }
+
+    async fn forward(State(proxy): State<Arc<Proxy>>, body: Bytes) -> Response {
+        let n = proxy.next.fetch_add(1, Ordering::Relaxed) % proxy.endpoints.len();
+        let url = format!("{}/v1/completions", proxy.endpoints[n]);
+        let request = match Request::post(url)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+        {
+            Ok(request) => request,
+            Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+        };
+        match proxy.client.request(request).await {
+            Ok(answer) => answer.map(Body::new).into_response(),
+            Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+        }
+    }
 }

@@ -134,16 +134,49 @@ impl ParsedRequest {
     /// with its `usage`, as from any OpenAI server: the stream is asked to end with it
     /// (`stream_options.include_usage`; real engines send no usage in a stream otherwise).
     pub fn upstream_body(&self) -> Vec<u8> {
-        let mut body = self.body.clone();
-        body.insert("stream".to_owned(), Value::Bool(true));
-        if !self.stream {
-            body.insert(
-                "stream_options".to_owned(),
-                serde_json::json!({ "include_usage": true }),
-            );
-        }
-        serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+        // Written straight from the parsed body: no copy of it (a prompt may be large).
+        let body = UpstreamBody {
+            body: &self.body,
+            ask_usage: !self.stream,
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
     }
+}
+
+/// The client's body as the worker gets it: every field as received except `stream`
+/// (always true) and, when `ask_usage`, `stream_options` (`{"include_usage": true}`).
+struct UpstreamBody<'a> {
+    body: &'a Map<String, Value>,
+    ask_usage: bool,
+}
+
+impl serde::Serialize for UpstreamBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.body {
+            match key.as_str() {
+                "stream" => {}
+                "stream_options" if self.ask_usage => {}
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.serialize_entry("stream", &true)?;
+        if self.ask_usage {
+            map.serialize_entry(
+                "stream_options",
+                &IncludeUsage {
+                    include_usage: true,
+                },
+            )?;
+        }
+        map.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct IncludeUsage {
+    include_usage: bool,
 }
 
 fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {

@@ -171,6 +171,27 @@ fn upstream_always_streams_and_keeps_other_fields() {
     .unwrap_or_else(|e| panic!("{}", e.message));
     let sent: Value = serde_json::from_slice(&p.upstream_body()).unwrap_or_default();
     assert_eq!(sent.get("stream_options"), None);
+    let p = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": "hi", "stream": true,
+                "stream_options": {"include_usage": false, "continuous_usage_stats": true}}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    let raw = p.upstream_body();
+    let sent: Value = serde_json::from_slice(&raw).unwrap_or_default();
+    assert_eq!(
+        sent["stream_options"],
+        json!({"include_usage": false, "continuous_usage_stats": true})
+    );
+    // Overridden fields are written once, not appended after the client's.
+    let p = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": "hi", "stream": false, "stream_options": {"x": 1}}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    let raw = String::from_utf8(p.upstream_body()).unwrap_or_default();
+    assert_eq!(raw.matches("\"stream\":").count(), 1, "{raw}");
+    assert_eq!(raw.matches("\"stream_options\":").count(), 1, "{raw}");
 }
 
 #[tokio::test]
