@@ -1,5 +1,5 @@
 //! A node's courier tasks: the decode pool's `RoomChanged` out on the bus and peers' into the
-//! prefill actor (disaggregated), and the room-credit messages of the credit pool both ways.
+//! prefill actor (disaggregated), and the room-credit messages of each pool both ways.
 //! None is restarted, so each is named for the node's liveness watcher: one that ended
 //! leaves the node unable to route as one gate, and the node is then no longer alive.
 
@@ -25,8 +25,8 @@ pub(crate) struct Couriers<'a> {
     pub room_in: &'a RoomReader,
     pub room_counters: &'a Arc<RoomBusCounters>,
     pub credit_counters: &'a Arc<CreditBusCounters>,
-    /// The credit pool and its router's outgoing credit messages, when credits are on.
-    pub credit_link: Option<(PoolRole, mpsc::Receiver<CreditOut>)>,
+    /// Each pool's router's outgoing credit messages, when credits are on.
+    pub credit_links: Vec<(PoolRole, mpsc::Receiver<CreditOut>)>,
 }
 
 /// Starts the node's couriers; returns each task with its name.
@@ -57,9 +57,10 @@ pub(crate) async fn spawn_couriers(
         .await?;
         couriers.push(("room-subscriber".to_owned(), subscriber));
     }
-    if let Some((pool, outgoing)) = c.credit_link
-        && let Some(credit_router) = router(pool)
-    {
+    for (pool, outgoing) in c.credit_links {
+        let Some(credit_router) = router(pool) else {
+            continue;
+        };
         let token = crate::wire::pool_token(pool);
         let publisher = spawn_credit_publisher(
             Arc::clone(c.bus),

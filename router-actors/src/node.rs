@@ -183,8 +183,8 @@ impl Node {
         let subjects = Subjects::new(config.cluster.clone());
         let room_counters = Arc::new(RoomBusCounters::default());
         let credit_counters = Arc::new(CreditBusCounters::default());
-        // Decode pool of a disaggregated node: room credits among replicas.
-        let mut credit_link = None;
+        // Room credits among replicas, one link per pool (its courier and its peers).
+        let mut credit_links = Vec::new();
         let (room_out, room_in) = room_channel();
         let mut children = Vec::new();
         let mut routers = Vec::new();
@@ -218,22 +218,21 @@ impl Node {
                     decode,
                 })
             });
-            let credits =
-                (config.room_credits && credit_pool(config.topology) == Some(pool)).then(|| {
-                    let (out, outgoing) = mpsc::channel(CREDIT_QUEUE);
-                    let (peers_tx, peers) = watch::channel(Vec::new());
-                    credit_link = Some((pool, outgoing, peers_tx));
-                    let settle = config.peer_sync.heartbeat_every.saturating_mul(2);
-                    CreditsArgs {
-                        agent: Arc::new(std::sync::Mutex::new(CreditAgent::new(
-                            config.router_id,
-                            settle,
-                        ))),
-                        out,
-                        peers,
-                        bus: Arc::clone(&bus),
-                    }
-                });
+            let credits = config.room_credits.then(|| {
+                let (out, outgoing) = mpsc::channel(CREDIT_QUEUE);
+                let (peers_tx, peers) = watch::channel(Vec::new());
+                credit_links.push((pool, outgoing, peers_tx));
+                let settle = config.peer_sync.heartbeat_every.saturating_mul(2);
+                CreditsArgs {
+                    agent: Arc::new(std::sync::Mutex::new(CreditAgent::new(
+                        config.router_id,
+                        settle,
+                    ))),
+                    out,
+                    peers,
+                    bus: Arc::clone(&bus),
+                }
+            });
             let args = RouterArgs {
                 config: PoolRouterConfig {
                     scheduler,
@@ -279,9 +278,7 @@ impl Node {
                 rx,
             );
             args.config = config.peer_sync.clone();
-            if let Some((credit_pool, _, peers_tx)) = &credit_link
-                && *credit_pool == pool
-            {
+            if let Some((_, _, peers_tx)) = credit_links.iter().find(|(p, _, _)| *p == pool) {
                 args.peers = peers_tx.clone();
             }
             let slot = ActorSlot::empty();
@@ -344,7 +341,10 @@ impl Node {
             room_in: &room_in,
             room_counters: &room_counters,
             credit_counters: &credit_counters,
-            credit_link: credit_link.map(|(pool, outgoing, _)| (pool, outgoing)),
+            credit_links: credit_links
+                .into_iter()
+                .map(|(pool, outgoing, _)| (pool, outgoing))
+                .collect(),
         })
         .await?;
         let alive = watch_alive(Watched {
@@ -469,14 +469,5 @@ impl Node {
             self.alive.wait_for(|alive| !alive.is_alive()),
         )
         .await;
-    }
-}
-
-/// The pool whose room replicas share through credits: the decode pool of a disaggregated
-/// fleet, the one pool of an aggregated fleet.
-fn credit_pool(topology: Topology) -> Option<PoolRole> {
-    match topology {
-        Topology::Disaggregated => Some(PoolRole::Decode),
-        Topology::Aggregated => Some(PoolRole::Aggregated),
     }
 }

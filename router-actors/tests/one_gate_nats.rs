@@ -3,9 +3,9 @@
 //! disaggregated fleet (reservations on the decode pool) and in an aggregated one (bookings
 //! on the one pool). What they commit together on every rank stays under the class line (the
 //! sum of every node's own reservations and bookings, not any one node's view), and the room
-//! is used: every request that fits is admitted. The same holds for an aggregated pool's
-//! prefill line: the prompt tokens booked on a rank pass it by at most one prompt, as with
-//! one router.
+//! is used: every request that fits is admitted. The same holds for the prefill line of an
+//! aggregated pool and of a disaggregated fleet's prefill pool: the prompt tokens booked on a
+//! rank pass it by at most one prompt, as with one router.
 
 mod support;
 
@@ -32,10 +32,18 @@ fn burst_request(id: u128, topology: Topology) -> RouteRequest {
     r
 }
 
-/// The pool whose room the class line guards.
+/// The pool whose decode room the class line guards.
 fn room_pool(topology: Topology) -> PoolRole {
     match topology {
         Topology::Disaggregated => PoolRole::Decode,
+        Topology::Aggregated => PoolRole::Aggregated,
+    }
+}
+
+/// The pool whose prefill line the class guards.
+fn prefill_pool(topology: Topology) -> PoolRole {
+    match topology {
+        Topology::Disaggregated => PoolRole::Prefill,
         Topology::Aggregated => PoolRole::Aggregated,
     }
 }
@@ -52,6 +60,15 @@ prefill_busy_threshold = 3000
 const PREFILL_LINE: u64 = 3000;
 /// Prompt tokens of one burst request (75 blocks of 16).
 const PROMPT: u64 = NEED as u64 * 16;
+
+/// The class line a burst runs against.
+#[derive(Debug, Clone, Copy)]
+enum Line {
+    /// `decode_busy_threshold_frac = 0.5` of the decode (or aggregated) workers' KV.
+    Decode,
+    /// `prefill_busy_threshold = 3000` prompt tokens on the prefill (or aggregated) workers.
+    Prefill,
+}
 
 /// What every node committed on each rank of the room pool, summed: the fleet's real
 /// commitment. Decode: its own reservations and bookings, every block whole; prefill: the
@@ -80,7 +97,7 @@ async fn three_disaggregated_replicas_taking_one_burst_never_reserve_past_the_de
     // 512 / 75 = 6 requests per rank: twelve fit, and the credits let all twelve in.
     let fits = 2 * (LINE / u64::from(NEED)) as usize;
     let (_server, nodes) =
-        burst_through_three_replicas(Topology::Disaggregated, DISAGG_PROFILE, fits).await;
+        burst_through_three_replicas(Topology::Disaggregated, Line::Decode, fits).await;
     check_committed(nodes, PoolRole::Decode, false, LINE).await;
 }
 
@@ -88,7 +105,7 @@ async fn three_disaggregated_replicas_taking_one_burst_never_reserve_past_the_de
 async fn three_aggregated_replicas_taking_one_burst_never_book_past_the_decode_line() {
     let fits = 2 * (LINE / u64::from(NEED)) as usize;
     let (_server, nodes) =
-        burst_through_three_replicas(Topology::Aggregated, DISAGG_PROFILE, fits).await;
+        burst_through_three_replicas(Topology::Aggregated, Line::Decode, fits).await;
     check_committed(nodes, PoolRole::Aggregated, false, LINE).await;
 }
 
@@ -98,8 +115,18 @@ async fn three_aggregated_replicas_taking_one_burst_stay_within_a_prompt_of_the_
     // line, 0, 1,200 and 2,400 tokens, so three per rank, as one router would.
     let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
     let (_server, nodes) =
-        burst_through_three_replicas(Topology::Aggregated, PREFILL_PROFILE, fits).await;
+        burst_through_three_replicas(Topology::Aggregated, Line::Prefill, fits).await;
     check_committed(nodes, PoolRole::Aggregated, true, PREFILL_LINE + PROMPT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_disaggregated_replicas_taking_one_burst_stay_within_a_prompt_of_the_prefill_line() {
+    // The prefill pool's own line, held by prefill credits among the prefill routers of the
+    // three nodes: three prompts per prefill rank, as one router admits.
+    let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
+    let (_server, nodes) =
+        burst_through_three_replicas(Topology::Disaggregated, Line::Prefill, fits).await;
+    check_committed(nodes, PoolRole::Prefill, true, PREFILL_LINE + PROMPT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,9 +182,22 @@ async fn without_credits_three_aggregated_replicas_admit_past_the_prefill_line()
     // The contrast: each replica judges the line against its own view, and a burst that
     // reaches all three at once is admitted by each.
     let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
-    let (_server, nodes, admitted) =
-        burst(Topology::Aggregated, PREFILL_PROFILE, fits, false).await;
+    let (_server, nodes, admitted) = burst(Topology::Aggregated, Line::Prefill, fits, false).await;
     println!("prefill line, 3 replicas without credits: {admitted} admitted (one router: {fits})");
+    assert!(admitted > fits, "{admitted} admitted");
+    for node in nodes {
+        node.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_credits_three_disaggregated_replicas_admit_past_the_prefill_line() {
+    let fits = 2 * (PREFILL_LINE / PROMPT + 1) as usize;
+    let (_server, nodes, admitted) =
+        burst(Topology::Disaggregated, Line::Prefill, fits, false).await;
+    println!(
+        "disaggregated prefill line, 3 replicas without credits: {admitted} admitted (one router: {fits})"
+    );
     assert!(admitted > fits, "{admitted} admitted");
     for node in nodes {
         node.shutdown().await;
@@ -183,10 +223,10 @@ async fn check_committed(nodes: Vec<Node>, pool: PoolRole, prefill: bool, bound:
 /// nats-server they need).
 async fn burst_through_three_replicas(
     topology: Topology,
-    profile: &str,
+    line: Line,
     fits: usize,
 ) -> (NatsServer, Vec<Node>) {
-    let (server, nodes, admitted) = burst(topology, profile, fits, true).await;
+    let (server, nodes, admitted) = burst(topology, line, fits, true).await;
     assert_eq!(admitted, fits, "admitted past the line");
     (server, nodes)
 }
@@ -195,10 +235,14 @@ async fn burst_through_three_replicas(
 /// every chance to admit more. Returns how many were admitted.
 async fn burst(
     topology: Topology,
-    profile: &str,
+    line: Line,
     fits: usize,
     room_credits: bool,
 ) -> (NatsServer, Vec<Node>, usize) {
+    let (profile, pool) = match line {
+        Line::Decode => (DISAGG_PROFILE, room_pool(topology)),
+        Line::Prefill => (PREFILL_PROFILE, prefill_pool(topology)),
+    };
     let server = start_nats().await;
     let mut buses = Vec::new();
     let mut nodes = Vec::new();
@@ -213,10 +257,15 @@ async fn burst(
         nodes.push(node);
         buses.push(bus);
     }
-    let pool = room_pool(topology);
+    // Two ranks in the pool whose line is tested; one big worker in the other pool.
     let mut fleet = workers(&buses[0], pool, &[11, 12], DECODE_KV).await;
-    if topology == Topology::Disaggregated {
-        fleet.extend(workers(&buses[0], PoolRole::Prefill, &[1], 100_000).await);
+    let other = match pool {
+        PoolRole::Decode => Some(PoolRole::Prefill),
+        PoolRole::Prefill => Some(PoolRole::Decode),
+        PoolRole::Aggregated => None,
+    };
+    if let Some(other) = other {
+        fleet.extend(workers(&buses[0], other, &[1], 100_000).await);
     }
     for node in &nodes {
         ready(node).await;

@@ -1,6 +1,7 @@
-//! Room credits of a decode or aggregated router (see `router_core::credits`): the actor
-//! feeds its `CreditAgent` membership, ranks, the gate's wants (from the node's prefill
-//! router, or its own gate in an aggregated pool), peers' credit messages and ticks; writes
+//! Room credits of a router (see `router_core::credits`): the actor feeds its pool's
+//! `CreditAgent` membership, ranks, the gate's wants (a decode router's from the node's
+//! prefill router; an aggregated or prefill router's from its own gate), peers' credit
+//! messages and ticks; writes
 //! the credits it holds into its ledger (where they bound the class headroom); and hands
 //! what the agent says to the credit courier (`crate::credit_bus`).
 
@@ -15,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 /// has out must not be forgotten by a restart: owners would count them forever).
 pub type SharedAgent = Arc<Mutex<CreditAgent>>;
 
-/// What a decode or aggregated router needs to take part in room credits.
+/// What a router needs to take part in its pool's room credits.
 #[derive(Clone)]
 pub struct CreditsArgs {
     pub agent: SharedAgent,
@@ -117,7 +118,7 @@ impl RouterState {
         }
     }
 
-    /// Requests wait at the gate for decode room; fetch credits for them.
+    /// Requests wait at a gate for room this pool's credits give; fetch credits for them.
     pub(super) fn want_room(&mut self, wants: Vec<RoomWant>) {
         let now = self.clock().now();
         let Some(credits) = &mut self.credits else {

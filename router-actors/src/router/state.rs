@@ -14,8 +14,8 @@ use router_core::admission::RejectReason;
 use router_core::admission::SchedulerSnapshot;
 use router_core::ledger::{Booking, LeasedReservation};
 use router_core::{
-    Admission, DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RouteRequest, RouterId,
-    Timestamp, WorkerId, WorkerSpec,
+    Admission, DecodeRoomView, Outcome, PoolRole, PoolRouter, RequestId, RoomWant, RouteRequest,
+    RouterId, Timestamp, WorkerId, WorkerSpec,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -404,28 +404,39 @@ impl RouterState {
         }
     }
 
+    /// Hands the requests waiting on room to whoever can fetch credits for them: decode room
+    /// to the paired decode pool's router, the pool's own prefill (and an aggregated pool's
+    /// decode) room to this router's credit agent.
+    fn send_wants(&mut self) {
+        let wants = self.router.take_room_wants();
+        if wants.is_empty() {
+            return;
+        }
+        let (own, decode): (Vec<RoomWant>, Vec<RoomWant>) = match &self.paired {
+            Some(_) => wants.into_iter().partition(|w| w.prefill_need.is_some()),
+            None => (wants, Vec::new()),
+        };
+        if !decode.is_empty()
+            && let Some(paired) = &self.paired
+        {
+            let _ = paired.decode.want_room(decode);
+        }
+        if !own.is_empty() {
+            self.want_room(own);
+        }
+    }
+
     /// After every message: publish the decode room if the ledger moved, and keep exactly
     /// one timer armed for the earliest deadline.
     pub(super) fn after_change(&mut self, myself: &ActorRef<RouterMsg>) {
         if let Some(room) = self.room() {
             let now = self.clock.now();
             self.router.forget_applied_reservations(room.as_ref(), now);
-            let wants = self.router.take_room_wants();
-            if !wants.is_empty()
-                && let Some(paired) = &self.paired
-            {
-                let _ = paired.decode.want_room(wants);
-            }
         }
-        // An aggregated pool with credits: its own gate's wants, and the credits they bring
-        // (a drain in between may leave new wants: one more round).
+        // The gate's wants, and the credits they bring (a drain in between may leave new
+        // wants: one more round).
         for _ in 0..2 {
-            if self.credits.is_some() && self.paired.is_none() {
-                let wants = self.router.take_room_wants();
-                if !wants.is_empty() {
-                    self.want_room(wants);
-                }
-            }
+            self.send_wants();
             self.credit_upkeep();
         }
         if let Some(out) = &self.room_out {

@@ -76,12 +76,16 @@ impl GateCtx<'_> {
                 gate.map(|()| none)
             }
             PoolRole::Prefill => {
-                self.ledger.class_gate(
-                    class,
-                    0,
-                    request.uncached_tokens(),
-                    &request.eligibility,
-                )?;
+                // The prefill line on this pool's own ranks (out of prefill credits when
+                // replicas share it), then the decode room on the paired pool.
+                let prefill_need = request.uncached_tokens();
+                let gate = self
+                    .ledger
+                    .class_gate(class, 0, prefill_need, &request.eligibility);
+                if gate == Err(GateClosed::PrefillBusy) && self.ledger.prefill_credits_enabled() {
+                    self.want(request, 0, Some(prefill_need));
+                }
+                gate?;
                 let (true, Some(room)) = (policy.has_decode_threshold(), room) else {
                     return Ok(none);
                 };
@@ -101,15 +105,17 @@ impl GateCtx<'_> {
         }
     }
 
-    /// Records that a request waits on room credits could give (the first need per class
-    /// and adapter), so the pool holding that room can fetch credits for it.
+    /// Records that a request waits on room credits could give (the first need per class,
+    /// adapter and kind of want), so the pool holding that room can fetch credits for it.
+    /// A prefill pool has two kinds: its own prefill room (`prefill_need`, no decode need)
+    /// and the paired decode pool's room (no `prefill_need`).
     fn want(&mut self, request: &AdmissionRequest, need: u64, prefill_need: Option<u64>) {
         let lora = request.eligibility.lora.clone();
-        if self
-            .wants
-            .iter()
-            .any(|w| w.class == request.class && w.lora == lora)
-        {
+        if self.wants.iter().any(|w| {
+            w.class == request.class
+                && w.lora == lora
+                && w.prefill_need.is_some() == prefill_need.is_some()
+        }) {
             return;
         }
         self.wants.push(RoomWant {

@@ -104,14 +104,17 @@ pub struct SchedulerStats {
 
 /// A request that waits at a gate for room that room credits could give (see
 /// `crate::credits`): decode room (a prefill pool's paired decode pool, or an aggregated
-/// pool's own ranks), or prefill room on an aggregated pool's ranks.
+/// pool's own ranks), or prefill room on the pool's own ranks (an aggregated pool, or a
+/// disaggregated fleet's prefill pool).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RoomWant {
     pub class: crate::ids::ClassId,
-    /// Decode blocks the request needs (0 when its class has no decode line).
+    /// Decode blocks the request needs (0 when its class has no decode line, and in a
+    /// prefill pool's want for its own prefill room).
     pub need: u64,
-    /// Prompt tokens it books, when they come out of prefill credits (an aggregated pool):
-    /// both credits are then asked on one rank, as the gate needs both on the same rank.
+    /// Prompt tokens it books, when they come out of prefill credits: in an aggregated pool
+    /// both credits are then asked on one rank, as the gate needs both on the same rank. A
+    /// prefill pool's want without it is for the paired decode pool's room.
     pub prefill_need: Option<u64>,
     pub lora: Option<String>,
 }

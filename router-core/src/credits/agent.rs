@@ -1,4 +1,4 @@
-//! One replica's room-credit agent for its pool: the holder and owner sides together with
+//! One replica's room-credit agent for one pool: the holder and owner sides together with
 //! the membership that decides who owns which rank. The router actor feeds it events
 //! (membership, ranks, wants from a gate, own bookings and reservations, messages from
 //! peers, ticks) and sends the [`CreditOut`] messages it returns; messages to itself never
@@ -164,7 +164,8 @@ impl CreditAgent {
     }
 
     /// A gate has a request of `want.class` waiting for room: decode room, or (with
-    /// `prefill_need`) prefill and decode room on one rank of an aggregated pool.
+    /// `prefill_need`) prefill room, with decode room on the same rank where the ledger has
+    /// decode lines (an aggregated pool; a prefill pool's ledger has none).
     pub fn want(
         &mut self,
         want: &RoomWant,

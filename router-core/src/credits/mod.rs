@@ -21,9 +21,12 @@
 //!   nothing on that rank for a settle period, while the holders' reports of what they hold
 //!   (sent to the new owner at once) fill its table.
 //!
-//! The same credits bound the **prefill** line ([`CreditKind::Prefill`]): prompt tokens a
-//! replica books on a rank come out of prefill credits from the rank's owner, who grants
-//! only while the rank is not prefill-busy counting every holder's credits.
+//! The same credits bound the **prefill** line ([`CreditKind::Prefill`]) of an aggregated
+//! pool or a disaggregated fleet's prefill pool: prompt tokens a replica books on a rank come
+//! out of prefill credits from the rank's owner, who grants only while the rank is not
+//! prefill-busy counting every holder's credits. Each pool runs its own agents: a prefill
+//! pool's ranks are owned among its prefill routers, the decode pool's among its decode
+//! routers.
 //!
 //! A replica that owns a rank grants to itself without a message, so a single replica pays
 //! no round trip. A replica cut off from its peers keeps the credits it holds (a safe local
@@ -38,6 +41,8 @@ mod owner;
 
 #[cfg(test)]
 mod agent_tests;
+#[cfg(test)]
+mod prefill_pool_tests;
 #[cfg(test)]
 mod prefill_tests;
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Room credits in the ledger (see `crate::credits`): with credits on, the ledger counts
 //! what this router's own bookings and reservations take on each rank (decode blocks, and in
-//! an aggregated pool prompt tokens still in prefill), keeps the credits it holds there, and
-//! bounds every class headroom by `held - own` (`rank.rs`) and every prefill placement by
-//! the prefill credits left (`gate.rs`, selection).
+//! an aggregated or prefill pool prompt tokens still in prefill), keeps the credits it holds
+//! there, and bounds every class headroom by `held - own` (`rank.rs`) and every prefill
+//! placement by the prefill credits left (`gate.rs`, selection).
 
 use super::{Booking, BookingLedger};
 use crate::credits::{CreditKey, CreditKind};

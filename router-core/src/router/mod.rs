@@ -167,9 +167,10 @@ impl PoolRouter {
     /// also bounded by the credits it holds there.
     pub fn enable_credits(&mut self) {
         let owner = self.scheduler.owner();
-        // Prompt tokens are booked out of prefill credits only where this pool's own gate
-        // checks its prefill line for the requests it books: an aggregated pool.
-        let prefill = self.scheduler.role() == crate::admission::PoolRole::Aggregated;
+        // Prompt tokens are booked out of prefill credits where this pool's own gate checks
+        // its prefill line for the requests it books: an aggregated pool, or a prefill pool
+        // (a decode pool books staged legs, which skip the class lines).
+        let prefill = self.scheduler.role() != crate::admission::PoolRole::Decode;
         self.scheduler.ledger_mut().enable_credits(owner, prefill);
     }
 

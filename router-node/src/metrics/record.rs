@@ -113,19 +113,20 @@ fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &Router
             .map(|(&bound, n)| (us_to_secs(bound), n)),
     );
     if let Some(credits) = &snapshot.credits {
-        room_credits(f, credits);
+        room_credits(f, pool, credits);
     }
 }
 
-/// A decode or aggregated router's room credits: what it holds and uses per rank, what it has
-/// out on the ranks it owns (decode blocks, and an aggregated pool's prefill tokens apart),
-/// and its credit exchanges.
-fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot) {
+/// A router's room credits: what it holds and uses per rank, what it has out on the ranks it
+/// owns (decode blocks, and prefill tokens apart: a prefill pool has only those), and its
+/// credit exchanges.
+fn room_credits(f: &NodeFamilies, pool: &str, credits: &router_core::credits::CreditSnapshot) {
     let rank_labels = |rank: router_core::RankId| {
         let worker = rank.worker.0.to_string();
         let dp_rank = rank.dp_rank.to_string();
-        labels([("worker", &worker), ("dp_rank", &dp_rank)])
+        labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)])
     };
+    let prefill_pool = pool == pool_label(PoolRole::Prefill);
     for held in &credits.held {
         let l = rank_labels(held.rank);
         let (held_family, used_family) = match held.kind {
@@ -137,9 +138,11 @@ fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot
     }
     for owned in &credits.owned {
         let l = rank_labels(owned.rank);
-        f.credits_outstanding
-            .get_or_create(&l)
-            .set(gauge_value(owned.outstanding));
+        if !prefill_pool {
+            f.credits_outstanding
+                .get_or_create(&l)
+                .set(gauge_value(owned.outstanding));
+        }
         if owned.prefill_outstanding > 0 {
             f.prefill_credits_outstanding
                 .get_or_create(&l)
@@ -156,7 +159,7 @@ fn room_credits(f: &NodeFamilies, credits: &router_core::credits::CreditSnapshot
         ("denial_given", c.denials_given),
     ] {
         f.credit_messages
-            .get_or_create(&labels([("kind", kind)]))
+            .get_or_create(&labels([("pool", pool), ("kind", kind)]))
             .inc_by(value);
     }
 }

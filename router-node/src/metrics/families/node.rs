@@ -129,32 +129,32 @@ impl NodeFamilies {
         );
         r.register(
             "room_credits_held_blocks",
-            "Decode room credits this replica holds on a rank (granted by the rank's owner), by worker and dp rank",
+            "Decode room credits this replica holds on a rank (granted by the rank's owner), by pool, worker and dp rank",
             self.credits_held.clone(),
         );
         r.register(
             "room_credits_used_blocks",
-            "Held room credits that this replica's own reservations and bookings use, by worker and dp rank",
+            "Held room credits that this replica's own reservations and bookings use, by pool, worker and dp rank",
             self.credits_used.clone(),
         );
         r.register(
             "room_credits_outstanding_blocks",
-            "Room credits out on a rank this replica owns (all holders), by worker and dp rank",
+            "Room credits out on a rank this replica owns (all holders), by pool, worker and dp rank",
             self.credits_outstanding.clone(),
         );
         r.register(
             "room_prefill_credits_held_tokens",
-            "Prefill room credits (prompt tokens) this replica holds on a rank of an aggregated pool, by worker and dp rank",
+            "Prefill room credits (prompt tokens) this replica holds on a rank of an aggregated or prefill pool, by pool, worker and dp rank",
             self.prefill_credits_held.clone(),
         );
         r.register(
             "room_prefill_credits_used_tokens",
-            "Held prefill credits that this replica's own bookings still in prefill use, by worker and dp rank",
+            "Held prefill credits that this replica's own bookings still in prefill use, by pool, worker and dp rank",
             self.prefill_credits_used.clone(),
         );
         r.register(
             "room_prefill_credits_outstanding_tokens",
-            "Prefill credits out on a rank this replica owns (all holders), by worker and dp rank",
+            "Prefill credits out on a rank this replica owns (all holders), by pool, worker and dp rank",
             self.prefill_credits_outstanding.clone(),
         );
     }
@@ -202,7 +202,7 @@ impl NodeFamilies {
         );
         r.register(
             "room_credit_messages",
-            "Room-credit exchanges of this replica, by kind (ask_sent, grant_received, denial_received, local_grant, grant_given, denial_given)",
+            "Room-credit exchanges of this replica, by pool and kind (ask_sent, grant_received, denial_received, local_grant, grant_given, denial_given)",
             self.credit_messages.clone(),
         );
         r.register(
