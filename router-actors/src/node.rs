@@ -100,9 +100,9 @@ pub struct NodeConfig {
     /// More children for the node's supervisor, started after its own actors and restarted
     /// under the same policy (a router node's engine links).
     pub extra_children: Vec<crate::supervisor::ChildSpec>,
-    /// The decode room (the decode pool, or the aggregated pool) is shared among replicas
-    /// through room credits (`router_core::credits`), so replicas admit as one gate. Off:
-    /// each replica admits against its own view (replicas may overshoot a decode fraction
+    /// Every pool's decode room and prefill line are shared among replicas through room
+    /// credits (`router_core::credits`), one agent per pool, so replicas admit as one gate.
+    /// Off: each replica admits against its own view (replicas may overshoot a class line
     /// together).
     pub room_credits: bool,
     /// Prefill pool: hold decode room at admission (`SchedulerConfig::decode_reservations`).

@@ -1,5 +1,8 @@
 //! The burst of issue #15: does a replicated fleet hold a class's decode fraction when a
-//! burst lands on every replica at once?
+//! burst lands on every replica at once? And the same for the prefill pool's line
+//! ([`BurstSpec::prefill_line`]): a class with `prefill_busy_threshold` and no decode
+//! fraction, where what counts is how many prompts each prefill worker was given at once
+//! (its own `peak_requests`).
 //!
 //! A disaggregated fleet over NATS ([`BurstSpec::cluster`]: 2 prefill and 2 decode simulated
 //! workers, decode KV 1,024 blocks each, speedup 10, N replicas behind HAProxy round robin),
@@ -21,9 +24,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The class line a burst tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BurstLine {
+    /// `decode_busy_threshold_frac`: the decode KV the decode workers really use.
+    Decode,
+    /// `prefill_busy_threshold` (tokens): the prompts a prefill worker holds at once.
+    Prefill,
+}
+
 /// The burst's shape. [`Default`] is issue #15's measurement.
 #[derive(Debug, Clone)]
 pub struct BurstSpec {
+    pub line: BurstLine,
+    /// The class's `prefill_busy_threshold` in prompt tokens ([`BurstLine::Prefill`]).
+    pub prefill_busy_threshold: u64,
     pub replicas: usize,
     pub prefill_workers: usize,
     pub decode_workers: usize,
@@ -54,6 +69,8 @@ pub struct BurstSpec {
 impl Default for BurstSpec {
     fn default() -> Self {
         Self {
+            line: BurstLine::Decode,
+            prefill_busy_threshold: 3000,
             replicas: 1,
             prefill_workers: 2,
             decode_workers: 2,
@@ -74,6 +91,25 @@ impl Default for BurstSpec {
 }
 
 impl BurstSpec {
+    /// The prefill line's burst: a class with a 3,000-token `prefill_busy_threshold` and no
+    /// decode fraction, short answers (20 tokens) and decode workers with room for the whole
+    /// burst, so only the prefill line holds requests back.
+    pub fn prefill_line() -> Self {
+        Self {
+            line: BurstLine::Prefill,
+            decode_kv_blocks: 16_384,
+            max_tokens: 20,
+            ..Self::default()
+        }
+    }
+
+    /// The prompts a prefill worker may hold at once under the prefill line, as one router
+    /// admits them: a worker takes prompts while its booked tokens are at or under the line,
+    /// so the one that crosses it is admitted too (every prompt here is uncached).
+    pub fn prefill_limit(&self) -> u64 {
+        self.prefill_busy_threshold / (self.prompt_tokens.max(1) as u64) + 1
+    }
+
     /// The decode blocks a worker may hold under the class's fraction.
     pub fn limit(&self) -> u64 {
         (self.decode_frac * self.decode_kv_blocks as f64).floor() as u64
@@ -86,10 +122,16 @@ impl BurstSpec {
 
     /// The one class every request runs under.
     pub fn policy(&self) -> String {
+        let line = match self.line {
+            BurstLine::Decode => format!("decode_busy_threshold_frac = {}", self.decode_frac),
+            BurstLine::Prefill => {
+                format!("prefill_busy_threshold = {}", self.prefill_busy_threshold)
+            }
+        };
         format!(
             "default_class = \"interactive\"\n\n[[classes]]\nname = \"interactive\"\n\
-             slo_ms = {}\nquantum = 1024\ndecode_busy_threshold_frac = {}\n",
-            self.slo_ms, self.decode_frac
+             slo_ms = {}\nquantum = 1024\n{line}\n",
+            self.slo_ms
         )
     }
 
@@ -119,6 +161,11 @@ pub struct BurstReport {
     pub limit: u64,
     /// Decode worker id → the most KV blocks it reported in use.
     pub peaks: BTreeMap<u64, u64>,
+    /// [`BurstSpec::prefill_limit`].
+    pub prefill_limit: u64,
+    /// Prefill worker id → the most requests it held at once since it started (its own
+    /// `peak_requests`; over every burst sent to the fleet so far).
+    pub prefill_peaks: BTreeMap<u64, u64>,
     /// Sampling rounds, and `/load` reads that failed.
     pub samples: u64,
     pub sample_misses: u64,
@@ -165,6 +212,17 @@ impl BurstReport {
         peaks.join(" / ")
     }
 
+    /// The most prompts a prefill worker held at once.
+    pub fn prefill_peak(&self) -> u64 {
+        self.prefill_peaks.values().copied().max().unwrap_or(0)
+    }
+
+    /// The prefill peaks as `a / b`.
+    pub fn prefill_peaks_text(&self) -> String {
+        let peaks: Vec<String> = self.prefill_peaks.values().map(u64::to_string).collect();
+        peaks.join(" / ")
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "replicas": self.replicas,
@@ -175,6 +233,8 @@ impl BurstReport {
             "overshoot_blocks": self.overshoot_blocks(),
             "overshoot_pct_of_capacity": self.overshoot_pct(),
             "utilisation_of_limit": self.utilisation(),
+            "prefill_limit_requests": self.prefill_limit,
+            "prefill_peaks": self.prefill_peaks.iter().map(|(w, p)| json!({"worker": w, "peak_requests": p})).collect::<Vec<_>>(),
             "samples": self.samples,
             "sample_misses": self.sample_misses,
             "sent": self.sent,
@@ -247,6 +307,8 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
         capacity: spec.decode_kv_blocks,
         limit: spec.limit(),
         peaks: kv.peaks,
+        prefill_limit: spec.prefill_limit(),
+        prefill_peaks: prefill_peaks(cluster).await,
         samples: kv.rounds,
         sample_misses: kv.misses,
         sent: spec.requests,
@@ -271,6 +333,18 @@ async fn decode_preemptions(cluster: &Cluster) -> u64 {
         .filter(|(id, _)| decode.contains(id))
         .filter_map(|(_, load)| load.ok()?["preemptions"].as_u64())
         .sum()
+}
+
+/// Each prefill worker's `peak_requests` (a worker that does not answer is left out).
+async fn prefill_peaks(cluster: &Cluster) -> BTreeMap<u64, u64> {
+    let prefill: Vec<u64> = cluster.prefill_workers().iter().map(|w| w.id).collect();
+    cluster
+        .worker_loads()
+        .await
+        .into_iter()
+        .filter(|(id, _)| prefill.contains(id))
+        .filter_map(|(id, load)| Some((id, load.ok()?["peak_requests"].as_u64()?)))
+        .collect()
 }
 
 /// Each replica's `switchyard_http_requests_total` (0 when it does not answer).
@@ -382,6 +456,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, p)| (i as u64, *p))
                 .collect(),
+            prefill_limit: 4,
+            prefill_peaks: BTreeMap::new(),
             samples: 1,
             sample_misses: 0,
             sent: 1,

@@ -11,6 +11,13 @@
 //! same burst overshoots by up to half a worker's KV (`cluster-burst --no-credits`). Both
 //! tests also assert that every request completed and every ledger returned to idle.
 //!
+//! The prefill pool's line the same way ([`BurstSpec::prefill_line`]): a class with a
+//! 3,000-token `prefill_busy_threshold` and no decode fraction, the same burst through three
+//! replicas, and no prefill worker is given more prompts at once than one router would give
+//! it (4 of 1,000 tokens: the fourth crosses the line); each replica's prefill router books
+//! prompt tokens only out of prefill credits. Without them the three replicas give a worker
+//! up to three times that (`cluster-burst --line prefill --no-credits`).
+//!
 //! The bursts run one at a time (a lock): two at once on a 2-core machine would measure
 //! each other. `cargo run -p switchyard-system-tests --bin cluster-burst` runs the same
 //! burst many times with a report.
@@ -18,7 +25,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
-use switchyard_system_tests::burst::{BurstReport, BurstSpec, run_burst};
+use switchyard_system_tests::burst::{BurstLine, BurstReport, BurstSpec, run_burst};
 
 /// The peak must reach at least this share of the limit: one replica uses ~0.88 of it here
 /// (six 76-block requests under 512), and replicas acting as one gate must stay within 5
@@ -30,27 +37,28 @@ const READY: Duration = Duration::from_secs(60);
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Starts the fleet with `replicas`, sends one burst, checks completion and idle ledgers,
-/// stops every process cleanly, and returns the figures.
-async fn burst(replicas: usize) -> (BurstSpec, BurstReport) {
+/// Starts the fleet of `spec`, sends one burst, checks completion and idle ledgers, stops
+/// every process cleanly, and returns the figures.
+async fn burst(spec: BurstSpec) -> (BurstSpec, BurstReport) {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let spec = BurstSpec {
-        replicas,
-        ..BurstSpec::default()
-    };
+    let replicas = spec.replicas;
     let cluster = spec.cluster().start().await;
     cluster.wait_ready(READY).await;
     let report = run_burst(&cluster, &spec, 1).await;
     println!(
-        "burst, {replicas} replica(s): peak decode KV {} of {} (limit {}), over the limit {} \
-         blocks = {:.1} % of capacity, utilisation {:.2}, {}/{} ok, requests per replica {:?}, \
-         {} decode preemptions, {} samples, {:.1} s",
+        "burst ({:?} line), {replicas} replica(s): peak decode KV {} of {} (limit {}), over the \
+         limit {} blocks = {:.1} % of capacity, utilisation {:.2}, prompts a prefill worker \
+         held at once {} (one router: {}), {}/{} ok, requests per replica {:?}, {} decode \
+         preemptions, {} samples, {:.1} s",
+        spec.line,
         report.peaks_text(),
         report.capacity,
         report.limit,
         report.overshoot_blocks(),
         report.overshoot_pct(),
         report.utilisation(),
+        report.prefill_peaks_text(),
+        report.prefill_limit,
         report.ok,
         report.sent,
         report.per_replica,
@@ -103,12 +111,42 @@ fn holds_the_line(replicas: usize, spec: &BurstSpec, report: &BurstReport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_holds_the_decode_fraction_under_a_burst() {
-    let (spec, report) = burst(1).await;
+    let (spec, report) = burst(BurstSpec::default()).await;
     holds_the_line(1, &spec, &report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_behind_haproxy_hold_the_decode_fraction_as_one_gate() {
-    let (spec, report) = burst(3).await;
+    let spec = BurstSpec {
+        replicas: 3,
+        ..BurstSpec::default()
+    };
+    let (spec, report) = burst(spec).await;
     holds_the_line(3, &spec, &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_behind_haproxy_hold_the_prefill_line_as_one_gate() {
+    let spec = BurstSpec {
+        replicas: 3,
+        ..BurstSpec::prefill_line()
+    };
+    assert_eq!((spec.line, spec.prefill_limit()), (BurstLine::Prefill, 4));
+    let (spec, report) = burst(spec).await;
+    assert_eq!(
+        report.prefill_peaks.len(),
+        spec.prefill_workers,
+        "{report:?}"
+    );
+    assert!(
+        report.prefill_peak() <= spec.prefill_limit(),
+        "a prefill worker held {} prompts at once; one router gives it at most {}",
+        report.prefill_peaks_text(),
+        spec.prefill_limit()
+    );
+    assert!(
+        report.prefill_peak() >= 2,
+        "the line's room is used: {}",
+        report.prefill_peaks_text()
+    );
 }

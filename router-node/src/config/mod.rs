@@ -263,10 +263,10 @@ pub struct SchedulerSection {
     pub reservation_lease_ms: u64,
     /// How often queued requests are re-checked against the gate.
     pub recheck_ms: u64,
-    /// Replicas share the decode room (decode pool, or aggregated pool) through room credits, so
-    /// together they never commit past a class's decode fraction. Off: each replica admits
-    /// against its own view of the others' bookings (a burst over several replicas can
-    /// overshoot).
+    /// Replicas share the decode room and the prefill line of every pool through room credits,
+    /// so together they never commit past a class's decode fraction or pass its prefill line
+    /// by more than one prompt. Off: each replica admits against its own view of the others'
+    /// bookings (a burst over several replicas can overshoot).
     pub room_credits: bool,
     /// Disaggregated: hold the decode room a request will need at its prefill admission.
     /// Off only to measure what reservations buy (a burst then overshoots the decode fraction

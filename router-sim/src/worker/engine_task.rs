@@ -55,6 +55,10 @@ pub struct LoadReport {
     /// Staged requests released by a pull.
     pub pulled: u64,
     pub preemptions: u64,
+    /// The most requests the engine held at once, waiting or running, since it started: how
+    /// much work a router let onto it together (for a prefill worker, the prompts it was
+    /// given before any finished).
+    pub peak_requests: u64,
     pub passes: u64,
     /// Prompt tokens computed (uncached prefill and recomputation) over all passes.
     pub prefill_tokens: u64,
@@ -273,6 +277,9 @@ impl Task {
                 let result = self.engine.submit(req);
                 if result.is_ok() {
                     self.stats.requests += 1;
+                    let load = self.engine.load();
+                    let held = (load.waiting + load.running) as u64;
+                    self.stats.peak_requests = self.stats.peak_requests.max(held);
                     self.sinks.insert(
                         id,
                         Sink {

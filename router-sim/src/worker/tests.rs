@@ -71,6 +71,22 @@ async fn a_repeated_prompt_finishes_sooner_in_engine_time() {
     assert_eq!(load.prefill_tokens, 2048 + 16);
     assert_eq!(load.finished, 2);
     assert_eq!(load.engine.kv_used_blocks, 0);
+    assert_eq!(load.peak_requests, 1, "one request at a time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_load_keeps_the_most_requests_held_at_once() {
+    let (h, _task) = engine_task::spawn(engine(Role::Agg), None, false);
+    let mut streams = Vec::new();
+    for id in 1..=3 {
+        streams.push(submit(&h, id, (0..512).map(|t| t + id as u32 * 1000).collect(), 2).await);
+    }
+    for rx in &mut streams {
+        assert_eq!(drain(rx).await, (2, true));
+    }
+    let load = h.load().await.unwrap();
+    assert_eq!((load.engine.waiting, load.engine.running), (0, 0));
+    assert_eq!(load.peak_requests, 3);
 }
 
 #[tokio::test(start_paused = true)]

@@ -4,11 +4,15 @@
 //! fleet) and prints a table (per run: the peak KV blocks each decode worker really used,
 //! the overshoot over the class's limit in blocks and in % of capacity, requests ok and
 //! failed, the peak's share of the limit, the decode workers' preemptions) and a JSON line
-//! with every figure.
+//! with every figure. `--line prefill` tests the prefill pool's line instead: a class with a
+//! 3,000-token `prefill_busy_threshold` and no decode fraction; the figure that counts is
+//! then the most prompts each prefill worker held at once (its own `peak_requests`, over the
+//! runs so far), against what one router gives it.
 //!
 //! ```sh
 //! cargo build --release -p router-node
 //! cargo run --release -p switchyard-system-tests --bin cluster-burst -- --replicas 3 --runs 10
+//! cargo run --release -p switchyard-system-tests --bin cluster-burst -- --replicas 3 --line prefill
 //! ```
 //!
 //! It runs the `router-node` of its own profile (`SWITCHYARD_ROUTER_NODE_BIN` for another),
@@ -17,13 +21,23 @@
 //!
 //! Exit codes: 0 when every request of every run completed and every ledger returned to
 //! idle; 1 otherwise; 3 when `--max-overshoot-blocks` was given and a run went further
-//! over the limit; 2 for usage errors.
+//! over the limit, or `--max-prefill-held` and a prefill worker held more prompts at once;
+//! 2 for usage errors.
 
 use clap::Parser;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::Duration;
-use switchyard_system_tests::burst::{BurstReport, BurstSpec, run_burst};
+use switchyard_system_tests::burst::{BurstLine, BurstReport, BurstSpec, run_burst};
+
+/// The class line to test.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Line {
+    /// `decode_busy_threshold_frac = 0.5` of the decode workers' KV.
+    Decode,
+    /// `prefill_busy_threshold = 3000` tokens on the prefill workers.
+    Prefill,
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,6 +63,9 @@ struct Args {
     /// Seed of the first run's prompts (run i uses seed + i).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The class line the burst runs against.
+    #[arg(long, value_enum, default_value_t = Line::Decode)]
+    line: Line,
     /// Replicas admit on their own views, without room credits (the design before, for
     /// contrast).
     #[arg(long)]
@@ -61,6 +78,10 @@ struct Args {
     /// limit (issue #15's goal: 10, 1 % of 1,024).
     #[arg(long)]
     max_overshoot_blocks: Option<u64>,
+    /// Exit with code 3 when a prefill worker held more than this many prompts at once (one
+    /// router's bound with `--line prefill`: 4).
+    #[arg(long)]
+    max_prefill_held: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -77,6 +98,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ExitCode {
+    let base = match args.line {
+        Line::Decode => BurstSpec::default(),
+        Line::Prefill => BurstSpec::prefill_line(),
+    };
     let spec = BurstSpec {
         replicas: args.replicas as usize,
         requests: args.requests as usize,
@@ -84,23 +109,32 @@ async fn run(args: Args) -> ExitCode {
         heartbeat_ms: args.heartbeat_ms,
         room_credits: !(args.no_credits || args.no_reservations),
         decode_reservations: !args.no_reservations,
-        ..BurstSpec::default()
+        ..base
     };
     eprintln!(
         "cluster-burst: starting nats-server, {} replica(s) behind HAProxy, {} prefill + {} \
-         decode workers (decode KV {} blocks, class limit {} blocks)",
+         decode workers (decode KV {} blocks), {}",
         spec.replicas,
         spec.prefill_workers,
         spec.decode_workers,
         spec.decode_kv_blocks,
-        spec.limit()
+        match spec.line {
+            BurstLine::Decode => format!("class limit {} decode blocks", spec.limit()),
+            BurstLine::Prefill => format!(
+                "class prefill line {} tokens ({} prompts of {} per prefill worker)",
+                spec.prefill_busy_threshold,
+                spec.prefill_limit(),
+                spec.prompt_tokens
+            ),
+        }
     );
     let cluster = spec.cluster().start().await;
     cluster.wait_ready(Duration::from_secs(60)).await;
     println!(
-        "{:>4} {:>8} {:>16} {:>10} {:>8} {:>9} {:>11} {:>8} {:>7}",
+        "{:>4} {:>8} {:>14} {:>16} {:>10} {:>8} {:>9} {:>11} {:>8} {:>7}",
         "run",
         "replicas",
+        "prefill held",
         "peak per decode",
         "over (blk)",
         "over %",
@@ -120,9 +154,10 @@ async fn run(args: Args) -> ExitCode {
         }
         let report = run_burst(&cluster, &spec, args.seed + run).await;
         println!(
-            "{:>4} {:>8} {:>16} {:>10} {:>7.1}% {:>9} {:>11.2} {:>8} {:>7.1}",
+            "{:>4} {:>8} {:>14} {:>16} {:>10} {:>7.1}% {:>9} {:>11.2} {:>8} {:>7.1}",
             run + 1,
             report.replicas,
+            report.prefill_peaks_text(),
             report.peaks_text(),
             report.overshoot_blocks(),
             report.overshoot_pct(),
@@ -144,12 +179,18 @@ async fn run(args: Args) -> ExitCode {
         .map(BurstReport::overshoot_blocks)
         .max()
         .unwrap_or(0);
+    let prefill_held = reports
+        .iter()
+        .map(BurstReport::prefill_peak)
+        .max()
+        .unwrap_or(0);
     let failed: usize = reports.iter().map(|r| r.failed).sum();
     let idle = reports.iter().all(|r| r.ledgers_idle.is_ok());
     println!(
         "{}",
         json!({
             "scenario": "cluster-burst",
+            "line": format!("{:?}", spec.line).to_lowercase(),
             "replicas": spec.replicas,
             "runs": reports.iter().map(BurstReport::to_json).collect::<Vec<_>>(),
             "requests_per_run": spec.requests,
@@ -161,6 +202,9 @@ async fn run(args: Args) -> ExitCode {
             "limit_blocks": spec.limit(),
             "max_overshoot_blocks": worst,
             "max_overshoot_pct_of_capacity": 100.0 * worst as f64 / spec.decode_kv_blocks as f64,
+            "prefill_busy_threshold": spec.prefill_busy_threshold,
+            "prefill_limit_requests": spec.prefill_limit(),
+            "max_prefill_held": prefill_held,
             "failed": failed,
             "ledgers_idle": idle,
         })
@@ -175,7 +219,9 @@ async fn run(args: Args) -> ExitCode {
     }
     if failed > 0 || !idle {
         ExitCode::from(1)
-    } else if args.max_overshoot_blocks.is_some_and(|max| worst > max) {
+    } else if args.max_overshoot_blocks.is_some_and(|max| worst > max)
+        || args.max_prefill_held.is_some_and(|max| prefill_held > max)
+    {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

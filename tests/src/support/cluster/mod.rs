@@ -65,6 +65,14 @@ impl Cluster {
         self.workers.iter().filter(|w| w.role == role).collect()
     }
 
+    /// The prefill workers of a disaggregated fleet (none in an aggregated one).
+    pub fn prefill_workers(&self) -> Vec<&ClusterWorker> {
+        self.workers
+            .iter()
+            .filter(|w| w.role == Role::Prefill)
+            .collect()
+    }
+
     /// Waits until every replica answers `/ready` 200, lists every worker in its registry and
     /// every other replica as a peer in each pool, and HAProxy's last check passed on every
     /// replica. Panics after `timeout`, naming what was still missing.
