@@ -68,6 +68,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         (vec!["--trace", "/no/such/trace.jsonl"], "--trace"),
         (vec!["--workers", "0"], "--workers"),
         (vec!["--model-dir", "/no/such/dir"], "--model-dir"),
+        (vec!["--repeat", "0"], "--repeat"),
     ] {
         let mut all = args.clone();
         all.extend(["--out", out]);

@@ -5,7 +5,11 @@
 //! `router-node bench` (text prompts, after a warm-up), stops everything, and prints one
 //! markdown table (a row per router: prefix hit %, TTFT p50/p99, ITL p99, end-to-end p99,
 //! shed, errors). `--out DIR` gets each router's bench JSON, table and plots, the table as
-//! `table.md`, `summary.json` and the combined TTFT CDF `ttft-cdf.svg`.
+//! `table.md`, `summary.json` and the combined TTFT CDF `ttft-cdf.svg`. `--repeat N` runs
+//! N rounds (every router once per round, the order rotated) and gives each router's
+//! medians over the rounds, its TTFT p99 range and the rounds it had the lowest TTFT: on a
+//! shared machine one run cannot rank tails that move more between runs than between
+//! routers.
 //!
 //! ```sh
 //! scripts/install-peers.sh          # optional: the peers that are not installed are rows saying so
@@ -25,7 +29,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use switchyard_system_tests::compare::{self, CompareOptions, Outcome, Router, table};
+use switchyard_system_tests::compare::{self, CompareOptions, Outcome, Router, repeat, table};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -69,6 +73,11 @@ struct Args {
     /// Where the results go (created).
     #[arg(long, default_value = "compare-out")]
     out: PathBuf,
+    /// Rounds: every router runs once per round, the order rotated each round; with more
+    /// than one, each round's results go to `round-<k>/` and the table gives each router's
+    /// medians over the rounds, its TTFT p99 range and the rounds it had the lowest TTFT.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=50))]
+    repeat: u64,
 }
 
 fn options(args: &Args) -> Result<(Vec<Router>, CompareOptions), String> {
@@ -106,11 +115,11 @@ fn options(args: &Args) -> Result<(Vec<Router>, CompareOptions), String> {
 }
 
 /// Runs every router in turn; returns the rows and whether every installed one ran.
-async fn run(routers: &[Router], opts: &CompareOptions) -> Vec<(Router, Outcome)> {
+async fn run(routers: &[Router], opts: &CompareOptions, round: &str) -> Vec<(Router, Outcome)> {
     let mut rows = Vec::new();
     for (i, router) in routers.iter().enumerate() {
         eprintln!(
-            "compare-routers: [{}/{}] {} ({})",
+            "compare-routers: {round}[{}/{}] {} ({})",
             i + 1,
             routers.len(),
             router.name(),
@@ -132,6 +141,82 @@ async fn run(routers: &[Router], opts: &CompareOptions) -> Vec<(Router, Outcome)
         rows.push((*router, outcome));
     }
     rows
+}
+
+/// `repeat` rounds of every router (the order rotated each round). One round writes into
+/// the out dir itself; several write each round's results into `round-<k>/`.
+async fn rounds(
+    routers: &[Router],
+    opts: &CompareOptions,
+    repeat: u64,
+) -> Result<Vec<Vec<(Router, Outcome)>>, String> {
+    if repeat <= 1 {
+        return Ok(vec![run(routers, opts, "").await]);
+    }
+    let mut all = Vec::new();
+    for k in 1..=repeat {
+        let mut round_opts = opts.clone();
+        round_opts.out = opts.out.join(format!("round-{k}"));
+        std::fs::create_dir_all(&round_opts.out)
+            .map_err(|e| format!("cannot create {}: {e}", round_opts.out.display()))?;
+        let order = repeat::round_order(routers, (k - 1) as usize);
+        let rows = run(&order, &round_opts, &format!("round {k}/{repeat} ")).await;
+        write_results(&round_opts, &round_text(&rows, &round_opts), &rows)?;
+        all.push(rows);
+    }
+    Ok(all)
+}
+
+/// One round's table, its notes and the setup line.
+fn round_text(rows: &[(Router, Outcome)], opts: &CompareOptions) -> String {
+    format!(
+        "{}\n{}\nSetup: {}.\n",
+        table::markdown(rows),
+        table::notes(rows),
+        opts.setup()
+    )
+}
+
+/// Writes the repeated comparison's `table.md`, `summary.json` (the medians and every
+/// round's rows) and `ttft-cdf.svg` (every round's requests pooled) into the out dir.
+fn write_repeated(
+    opts: &CompareOptions,
+    text: &str,
+    summaries: &[repeat::Summary],
+    rounds: &[Vec<(Router, Outcome)>],
+) -> Result<(), String> {
+    let write = |name: &str, content: &str| {
+        let path = opts.out.join(name);
+        std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    write("table.md", text)?;
+    let mut summary = repeat::to_json(summaries, rounds.len());
+    summary["setup"] = opts.setup().into();
+    summary["per_round"] = rounds
+        .iter()
+        .map(|round| table::summary(&opts.setup(), round)["rows"].clone())
+        .collect();
+    write("summary.json", &format!("{summary:#}\n"))?;
+    // Every round's ok requests in one CDF per router.
+    let pooled: Vec<(Router, Outcome)> = summaries
+        .iter()
+        .filter_map(|s| {
+            let mut rows = rounds.iter().flatten().filter_map(|(r, o)| match o {
+                Outcome::Ran(row) if *r == s.router => Some(row),
+                _ => None,
+            });
+            let mut first = rows.next()?.clone();
+            for row in rows {
+                first.ttfts.extend_from_slice(&row.ttfts);
+            }
+            Some((s.router, Outcome::Ran(first)))
+        })
+        .collect();
+    if let Some(chart) = table::ttft_plot(&pooled) {
+        let svg = router_node::bench::plots::render(&chart)?;
+        write("ttft-cdf.svg", &svg)?;
+    }
+    Ok(())
 }
 
 /// Writes `table.md`, `summary.json` and `ttft-cdf.svg` into the out dir.
@@ -182,7 +267,7 @@ async fn main() -> ExitCode {
     };
     // A signal drops the run: every process it started is stopped (killed) on drop.
     let rows = tokio::select! {
-        rows = run(&routers, &opts) => rows,
+        rows = rounds(&routers, &opts, args.repeat) => rows,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("compare-routers: interrupted; every process it started is stopped");
             return ExitCode::from(130);
@@ -192,19 +277,38 @@ async fn main() -> ExitCode {
             return ExitCode::from(130);
         }
     };
-    let text = format!(
-        "{}\n{}\nSetup: {}.\n",
-        table::markdown(&rows),
-        table::notes(&rows),
-        opts.setup()
-    );
-    print!("{text}");
-    if let Err(e) = write_results(&opts, &text, &rows) {
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("compare-routers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let written = if let [round] = rows.as_slice() {
+        let text = round_text(round, &opts);
+        print!("{text}");
+        write_results(&opts, &text, round)
+    } else {
+        let summaries = repeat::summarize(&routers, &rows);
+        let text = format!(
+            "{}\n{}\nSetup: {}.\n",
+            repeat::markdown(&summaries, rows.len()),
+            table::notes(&rows[0]),
+            opts.setup()
+        );
+        print!("{text}");
+        write_repeated(&opts, &text, &summaries, &rows)
+    };
+    if let Err(e) = written {
         eprintln!("compare-routers: {e}");
         return ExitCode::from(1);
     }
     eprintln!("compare-routers: results in {}", opts.out.display());
-    if rows.iter().any(|(_, o)| matches!(o, Outcome::Failed(_))) {
+    if rows
+        .iter()
+        .flatten()
+        .any(|(_, o)| matches!(o, Outcome::Failed(_)))
+    {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

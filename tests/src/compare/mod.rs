@@ -12,10 +12,12 @@
 //! - `peers.rs`: SGLang's gateway, vLLM's router and NVIDIA Dynamo from `.tools/peers`
 //!   (`scripts/install-peers.sh`), each in a process group of its own;
 //! - `table.rs`: a router's row from bench's JSON, the markdown table and the combined TTFT
-//!   CDF plot.
+//!   CDF plot;
+//! - `repeat.rs`: several rounds of every router (`--repeat`), summed up as medians.
 
 pub mod fronts;
 pub mod peers;
+pub mod repeat;
 pub mod table;
 
 pub use table::{Outcome, Row};
