@@ -61,6 +61,8 @@ fn bad_flags_exit_2_naming_the_flag() {
     let dir = TempDir::new("compare-usage");
     let out = dir.path().join("out");
     let out = out.to_str().unwrap();
+    let not_toml = dir.write("not.toml", "[selection\noverlap_credit = 1\n");
+    let not_toml = not_toml.to_str().unwrap();
     for (args, flag) in [
         (vec!["--routers", "haproxy-rr,nginx"], "--routers"),
         (vec!["--routers", ","], "--routers"),
@@ -69,6 +71,11 @@ fn bad_flags_exit_2_naming_the_flag() {
         (vec!["--workers", "0"], "--workers"),
         (vec!["--model-dir", "/no/such/dir"], "--model-dir"),
         (vec!["--repeat", "0"], "--repeat"),
+        (
+            vec!["--switchyard-config", "/no/such.toml"],
+            "--switchyard-config",
+        ),
+        (vec!["--switchyard-config", not_toml], "--switchyard-config"),
     ] {
         let mut all = args.clone();
         all.extend(["--out", out]);

@@ -78,6 +78,10 @@ struct Args {
     /// medians over the rounds, its TTFT p99 range and the rounds it had the lowest TTFT.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=50))]
     repeat: u64,
+    /// A TOML file of more configuration for every Switchyard replica (tables such as
+    /// `[selection]` or `[scheduler]`), to compare settings of ours against the peers.
+    #[arg(long)]
+    switchyard_config: Option<PathBuf>,
 }
 
 fn options(args: &Args) -> Result<(Vec<Router>, CompareOptions), String> {
@@ -111,6 +115,13 @@ fn options(args: &Args) -> Result<(Vec<Router>, CompareOptions), String> {
     opts.max_output_tokens = args.max_output_tokens;
     opts.warmup = args.warmup;
     opts.kv_blocks = args.kv_blocks;
+    if let Some(path) = &args.switchyard_config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--switchyard-config {}: {e}", path.display()))?;
+        text.parse::<toml::Table>()
+            .map_err(|e| format!("--switchyard-config {}: not TOML: {e}", path.display()))?;
+        opts.switchyard_config = Some(text);
+    }
     Ok((routers, opts))
 }
 

@@ -269,15 +269,19 @@ async fn switchyard(router: Router, opts: &CompareOptions, toml: &Path) -> Resul
     let extra: Vec<&str> = args.iter().map(String::as_str).collect();
     // The replicas send the engines the token ids they computed (the engines tokenize
     // exactly alike), as Dynamo's frontend does: a prompt is tokenized once, not twice.
-    let tokenizer =
+    let mut tables =
         std::fs::read_to_string(toml).map_err(|e| e.to_string())? + "forward_token_ids = true\n";
+    if let Some(extra) = &opts.switchyard_config {
+        tables.push('\n');
+        tables.push_str(extra);
+    }
     let mut builder = ClusterBuilder::new()
         .replicas(replicas)
         .workers(Role::Agg, opts.workers, opts.kv_blocks)
         .speedup(opts.speedup)
         .worker_args(&extra)
         .node_extra(&format!("block_size = {BLOCK_SIZE}"))
-        .extra(&tokenizer);
+        .extra(&tables);
     if replicas == 1 {
         builder = builder.without_haproxy();
     }

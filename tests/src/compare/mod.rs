@@ -132,6 +132,9 @@ pub struct CompareOptions {
     pub out: PathBuf,
     /// Where the peers are installed (`.tools/peers`).
     pub peers_dir: PathBuf,
+    /// More configuration for every Switchyard replica (TOML tables, e.g. `[selection]`),
+    /// from `--switchyard-config`.
+    pub switchyard_config: Option<String>,
 }
 
 /// Tokens per KV block of every engine (our simulated worker's and the mocker's default).
@@ -156,6 +159,7 @@ impl CompareOptions {
             model_dir: root.join("tests/data/word-tokenizer"),
             out: out.into(),
             peers_dir: peers::default_dir(),
+            switchyard_config: None,
         }
     }
 
