@@ -13,17 +13,7 @@ use std::collections::VecDeque;
 const INTERACTIVE: ClassId = ClassId(0);
 
 fn profile() -> PolicyProfile {
-    PolicyProfile::from_toml_str(
-        r#"
-default_class = "interactive"
-[[classes]]
-name = "interactive"
-slo_ms = 60000
-quantum = 100
-decode_busy_threshold_frac = 0.5
-"#,
-    )
-    .expect("valid test profile")
+    super::test_replica::one_class("decode_busy_threshold_frac = 0.5")
 }
 
 /// A replica: its agent and its own view of the decode pool (two ranks of 1,024 blocks).

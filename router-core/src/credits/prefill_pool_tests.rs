@@ -21,18 +21,9 @@ const PROMPT: u32 = 600;
 const BS: u32 = 16;
 
 fn profile() -> PolicyProfile {
-    PolicyProfile::from_toml_str(
-        r#"
-default_class = "interactive"
-[[classes]]
-name = "interactive"
-slo_ms = 60000
-quantum = 100
-prefill_busy_threshold = 1000
-decode_busy_threshold_frac = 0.5
-"#,
+    super::test_replica::one_class(
+        "prefill_busy_threshold = 1000\ndecode_busy_threshold_frac = 0.5",
     )
-    .expect("valid test profile")
 }
 
 fn pool_router(role: PoolRole, n: u128, workers: &[(u64, u64)]) -> PoolRouter {
@@ -79,14 +70,8 @@ fn fleet(decode_kv: u64) -> (Vec<Replica>, PoolRouter, VecDeque<(RouterId, Credi
             }
         })
         .collect();
-    let ids: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
-    let mut wire = VecDeque::new();
-    for r in &mut replicas {
-        let peers: Vec<RouterId> = ids.iter().copied().filter(|p| *p != r.id).collect();
-        for out in r.agent.set_peers(peers, Timestamp::ZERO) {
-            wire.push_back((r.id, out));
-        }
-    }
+    let wire =
+        super::test_replica::introduce(replicas.iter_mut().map(|r| (r.id, &mut r.agent)).collect());
     let decode = pool_router(PoolRole::Decode, 9, &[(11, decode_kv)]);
     (replicas, decode, wire)
 }

@@ -19,18 +19,9 @@ const CLASS: ClassId = ClassId(0);
 const LINE: u64 = 2048;
 
 fn profile() -> PolicyProfile {
-    PolicyProfile::from_toml_str(
-        r#"
-default_class = "interactive"
-[[classes]]
-name = "interactive"
-slo_ms = 60000
-quantum = 100
-prefill_busy_threshold_frac = 0.5
-decode_busy_threshold_frac = 0.5
-"#,
+    super::test_replica::one_class(
+        "prefill_busy_threshold_frac = 0.5\ndecode_busy_threshold_frac = 0.5",
     )
-    .expect("valid test profile")
 }
 
 struct Replica {
@@ -55,14 +46,8 @@ fn fleet(n: u128) -> (Vec<Replica>, VecDeque<(RouterId, CreditOut)>) {
             }
         })
         .collect();
-    let ids: Vec<RouterId> = replicas.iter().map(|r| r.id).collect();
-    let mut wire = VecDeque::new();
-    for r in &mut replicas {
-        let peers: Vec<RouterId> = ids.iter().copied().filter(|p| *p != r.id).collect();
-        for out in r.agent.set_peers(peers, Timestamp::ZERO) {
-            wire.push_back((r.id, out));
-        }
-    }
+    let mut wire =
+        super::test_replica::introduce(replicas.iter_mut().map(|r| (r.id, &mut r.agent)).collect());
     deliver(
         &mut replicas,
         &mut wire,
