@@ -2,7 +2,9 @@
 # The router comparison's smoke tests (tests/tests/compare_routers.rs, ignored by default):
 # `compare-routers` over a short synthesised trace with heavy prefix sharing, HAProxy round
 # robin and one Switchyard replica on the same fresh fleet (each row all ok, Switchyard's hit
-# rate at least round robin's, a missing peer reported as such). About a minute.
+# rate at least round robin's, a missing peer reported as such), and the same two routers in
+# two rounds (`--repeat 2`, with a `--switchyard-config`): each round's results kept, the
+# order rotated, one table of medians. About a minute.
 #
 # Then the same with SGLang's gateway, when it is installed (.tools/peers, from
 # scripts/install-peers.sh). The peers are never required: SWITCHYARD_COMPARE_PEERS=1 (which
@@ -19,7 +21,8 @@ export HAPROXY_BIN="${HAPROXY_BIN:-$PWD/.tools/haproxy/bin/haproxy}"
 
 cargo build -p router-node --locked
 cargo test -p switchyard-system-tests --locked --test compare_routers -- --ignored \
-  switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row
+  switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row \
+  two_rounds_keep_each_round_and_rank_the_routers_by_medians
 
 if [ "${SWITCHYARD_COMPARE_PEERS:-}" = "1" ]; then
   PEERS=sglang-gateway ./scripts/install-peers.sh || true

@@ -30,26 +30,36 @@ fn compare(args: &[&str], env: &[(&str, &Path)]) -> Output {
 /// The smoke run: the first 60 lines of `trace` (64 positions per hash id) at speedup 2, 16
 /// output tokens each, through `routers`.
 fn smoke(trace: &str, routers: &str, out: &Path, env: &[(&str, &Path)]) -> Output {
+    smoke_with(trace, routers, out, env, &[])
+}
+
+/// [`smoke`] with more flags.
+fn smoke_with(
+    trace: &str,
+    routers: &str,
+    out: &Path,
+    env: &[(&str, &Path)],
+    more: &[&str],
+) -> Output {
     let out = out.to_str().expect("a UTF-8 temporary path");
-    compare(
-        &[
-            "--trace",
-            trace,
-            "--block-tokens",
-            "64",
-            "--speedup",
-            "2",
-            "--max-requests",
-            "60",
-            "--max-output-tokens",
-            "16",
-            "--routers",
-            routers,
-            "--out",
-            out,
-        ],
-        env,
-    )
+    let mut args = vec![
+        "--trace",
+        trace,
+        "--block-tokens",
+        "64",
+        "--speedup",
+        "2",
+        "--max-requests",
+        "60",
+        "--max-output-tokens",
+        "16",
+        "--routers",
+        routers,
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(more);
+    compare(&args, env)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -218,6 +228,53 @@ fn switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row() {
         !plot.contains("sglang-gateway"),
         "no line for a router that did not run"
     );
+}
+
+#[test]
+#[ignore = "starts four fleets; scripts/test-compare.sh runs it"]
+fn two_rounds_keep_each_round_and_rank_the_routers_by_medians() {
+    let dir = TempDir::new("compare-rounds");
+    let trace = shared_prefix_trace(dir.path());
+    let out = dir.path().join("out");
+    let config = dir.write("selection.toml", "[selection]\noverlap_credit = 2.0\n");
+    let config = config.to_str().unwrap();
+    let run = smoke_with(
+        &trace,
+        "haproxy-rr,switchyard-1",
+        &out,
+        &[],
+        &["--repeat", "2", "--switchyard-config", config],
+    );
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    // Each round's own results, the order rotated in the second.
+    for (round, first) in [(1, "haproxy-rr"), (2, "switchyard-1")] {
+        let dir = out.join(format!("round-{round}"));
+        let rows = rows(&dir);
+        assert_eq!(rows[0]["router"], first, "round {round}: {rows:?}");
+        ran_clean(&rows, "haproxy-rr", 60);
+        ran_clean(&rows, "switchyard-1", 60);
+        assert!(dir.join("switchyard-1.json").is_file());
+    }
+    // One table of medians over both rounds.
+    assert!(stdout.starts_with("Medians over 2 rounds"), "{stdout}");
+    for router in ["haproxy-rr", "switchyard-1"] {
+        assert!(stdout.contains(&format!("| {router} | 2 | ")), "{stdout}");
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert_eq!(table, stdout, "the table printed is the one written");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["rounds"], 2, "{summary}");
+    assert_eq!(summary["per_round"].as_array().map(Vec::len), Some(2));
+    for r in summary["routers"].as_array().unwrap() {
+        assert_eq!(r["runs"], 2, "{r}");
+        let (lo, hi) = (&r["ttft_p99_ms_range"][0], &r["ttft_p99_ms_range"][1]);
+        assert!(lo.as_f64() <= hi.as_f64(), "{r}");
+        let rounds_won = r["lowest_ttft_p50_rounds"].as_u64().unwrap();
+        assert!(rounds_won <= 2, "{r}");
+    }
+    assert!(out.join("ttft-cdf.svg").is_file());
 }
 
 #[test]
