@@ -57,8 +57,8 @@ fn us_to_secs(us: u64) -> f64 {
 
 /// A router's class queues, its view of the ledger per rank, its admission counters and
 /// its peer-sync lag.
-fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &RouterSnapshot) {
-    let pool = pool_label(pool);
+fn router(f: &NodeFamilies, node: &NodeScrape, role: PoolRole, snapshot: &RouterSnapshot) {
+    let pool = pool_label(role);
     let scheduler = &snapshot.scheduler;
     for class in &scheduler.queue.classes {
         let l = labels([
@@ -113,20 +113,21 @@ fn router(f: &NodeFamilies, node: &NodeScrape, pool: PoolRole, snapshot: &Router
             .map(|(&bound, n)| (us_to_secs(bound), n)),
     );
     if let Some(credits) = &snapshot.credits {
-        room_credits(f, pool, credits);
+        room_credits(f, role, credits);
     }
 }
 
 /// A router's room credits: what it holds and uses per rank, what it has out on the ranks it
 /// owns (decode blocks, and prefill tokens apart: a prefill pool has only those), and its
 /// credit exchanges.
-fn room_credits(f: &NodeFamilies, pool: &str, credits: &router_core::credits::CreditSnapshot) {
+fn room_credits(f: &NodeFamilies, role: PoolRole, credits: &router_core::credits::CreditSnapshot) {
+    let pool = pool_label(role);
     let rank_labels = |rank: router_core::RankId| {
         let worker = rank.worker.0.to_string();
         let dp_rank = rank.dp_rank.to_string();
         labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)])
     };
-    let prefill_pool = pool == pool_label(PoolRole::Prefill);
+    let prefill_pool = role == PoolRole::Prefill;
     for held in &credits.held {
         let l = rank_labels(held.rank);
         let (held_family, used_family) = match held.kind {

@@ -196,10 +196,7 @@ fn write_repeated(
     summaries: &[repeat::Summary],
     rounds: &[Vec<(Router, Outcome)>],
 ) -> Result<(), String> {
-    let write = |name: &str, content: &str| {
-        let path = opts.out.join(name);
-        std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
+    let write = |name: &str, content: &str| write_out(opts, name, content);
     write("table.md", text)?;
     let mut summary = repeat::to_json(summaries, rounds.len());
     summary["setup"] = opts.setup().into();
@@ -230,16 +227,19 @@ fn write_repeated(
     Ok(())
 }
 
+/// Writes `content` to `name` in the out dir.
+fn write_out(opts: &CompareOptions, name: &str, content: &str) -> Result<(), String> {
+    let path = opts.out.join(name);
+    std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
 /// Writes `table.md`, `summary.json` and `ttft-cdf.svg` into the out dir.
 fn write_results(
     opts: &CompareOptions,
     text: &str,
     rows: &[(Router, Outcome)],
 ) -> Result<(), String> {
-    let write = |name: &str, content: &str| {
-        let path = opts.out.join(name);
-        std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
+    let write = |name: &str, content: &str| write_out(opts, name, content);
     write("table.md", text)?;
     let summary = table::summary(&opts.setup(), rows);
     write("summary.json", &format!("{summary:#}\n"))?;
