@@ -259,7 +259,7 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
         .expect("an HTTP client");
     let url = format!("{}/v1/completions", cluster.url());
     let before = requests_per_replica(cluster).await;
-    let preempted_before = decode_preemptions(cluster).await;
+    let preempted_before = decode_preemptions(cluster, &cluster.worker_loads().await);
     let sampler = cluster.sample_decode_kv(spec.sample_every);
     let barrier = Arc::new(tokio::sync::Barrier::new(spec.requests + 1));
     let tasks: Vec<_> = (0..spec.requests)
@@ -291,9 +291,9 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
     let wall = started.elapsed();
     let kv = sampler.finish().await;
     let ledgers_idle = cluster.wait_ledgers_idle(Duration::from_secs(20)).await;
-    let preemptions = decode_preemptions(cluster)
-        .await
-        .saturating_sub(preempted_before);
+    // The workers' own counters after the burst, read once for both figures.
+    let loads = cluster.worker_loads().await;
+    let preemptions = decode_preemptions(cluster, &loads).saturating_sub(preempted_before);
     let per_replica = requests_per_replica(cluster)
         .await
         .iter()
@@ -308,7 +308,7 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
         limit: spec.limit(),
         peaks: kv.peaks,
         prefill_limit: spec.prefill_limit(),
-        prefill_peaks: prefill_peaks(cluster).await,
+        prefill_peaks: prefill_peaks(cluster, &loads),
         samples: kv.rounds,
         sample_misses: kv.misses,
         sent: spec.requests,
@@ -322,28 +322,28 @@ pub async fn run_burst(cluster: &Cluster, spec: &BurstSpec, seed: u64) -> BurstR
     }
 }
 
-/// The decode workers' `preemptions` counters, summed (a worker that does not answer counts
-/// 0).
-async fn decode_preemptions(cluster: &Cluster) -> u64 {
+/// The workers' `/load` answers, by worker id, as [`Cluster::worker_loads`] reads them.
+type Loads = [(u64, Result<Value, String>)];
+
+/// The decode workers' `preemptions` counters in `loads`, summed (a worker that did not
+/// answer counts 0).
+fn decode_preemptions(cluster: &Cluster, loads: &Loads) -> u64 {
     let decode: Vec<u64> = cluster.decode_workers().iter().map(|w| w.id).collect();
-    cluster
-        .worker_loads()
-        .await
-        .into_iter()
+    loads
+        .iter()
         .filter(|(id, _)| decode.contains(id))
-        .filter_map(|(_, load)| load.ok()?["preemptions"].as_u64())
+        .filter_map(|(_, load)| load.as_ref().ok()?["preemptions"].as_u64())
         .sum()
 }
 
-/// Each prefill worker's `peak_requests` (a worker that does not answer is left out).
-async fn prefill_peaks(cluster: &Cluster) -> BTreeMap<u64, u64> {
+/// Each prefill worker's `peak_requests` in `loads` (a worker that did not answer is left
+/// out).
+fn prefill_peaks(cluster: &Cluster, loads: &Loads) -> BTreeMap<u64, u64> {
     let prefill: Vec<u64> = cluster.prefill_workers().iter().map(|w| w.id).collect();
-    cluster
-        .worker_loads()
-        .await
-        .into_iter()
+    loads
+        .iter()
         .filter(|(id, _)| prefill.contains(id))
-        .filter_map(|(id, load)| Some((id, load.ok()?["peak_requests"].as_u64()?)))
+        .filter_map(|(id, load)| Some((*id, load.as_ref().ok()?["peak_requests"].as_u64()?)))
         .collect()
 }
 

@@ -88,13 +88,11 @@ pub fn summarize(routers: &[Router], rounds: &[Vec<(Router, Outcome)>]) -> Vec<S
             let pick =
                 |f: fn(&Row) -> Option<f64>| median(rows.iter().filter_map(|r| f(r)).collect());
             let p99s: Vec<f64> = rows.iter().filter_map(|r| r.ttft_p99).collect();
-            let range = p99s
-                .iter()
-                .copied()
-                .fold(None, |acc: Option<(f64, f64)>, v| match acc {
-                    None => Some((v, v)),
-                    Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
-                });
+            let range = (!p99s.is_empty()).then(|| {
+                let lo = p99s.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = p99s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (lo, hi)
+            });
             let missing = rows.is_empty().then(|| {
                 rounds
                     .iter()
