@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Router overhead through HTTP with instant simulated workers (no engine time).
 #
-# Builds and starts `router-node/examples/overhead_target.rs` (instant SimWorkers + one router
+# Builds and starts `router-tools/examples/overhead_target.rs` (instant SimWorkers + one router
 # node with its OpenAI frontend on an in-process bus, loopback only), then measures with wrk,
 # closed loop, a fixed number of connections:
 #   (a) direct:  POST <worker 1>/v1/completions   (non-streaming, max_tokens 1, tiny prompt)
@@ -57,7 +57,7 @@ fi
 
 # --- build -----------------------------------------------------------------------------------
 if [ "$SKIP_BUILD" != 1 ]; then
-    (cd "$repo" && cargo build --release -p router-node --example overhead_target)
+    (cd "$repo" && cargo build --release -p router-tools --example overhead_target)
 fi
 
 work=$(mktemp -d)

@@ -32,7 +32,7 @@ for tool in valgrind callgrind_control callgrind_annotate wrk; do
 done
 
 if [ $# -eq 0 ]; then
-    (cd "$repo" && cargo build --release -p router-node --example overhead_target)
+    (cd "$repo" && cargo build --release -p router-tools --example overhead_target)
     set -- "${CARGO_TARGET_DIR:-$repo/target}/release/examples/overhead_target"
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Placement A/B through a real node: one `router-node serve` in front of N simulated engines
 # (`worker --sim`) on a local nats-server, with the `[selection]` settings given, then
-# `router-node bench` with the arguments given. Fresh engines every run, so caches start
+# `router-tools bench` with the arguments given. Fresh engines every run, so caches start
 # cold; everything started is stopped at the end. The report is printed and kept, with the
 # bench JSON and every process's log, in OUT (default out/bench-selection/NAME).
 #
@@ -13,6 +13,7 @@
 # Environment (defaults): WORKERS=4 SPEEDUP=10 (engine speed) KV_BLOCKS=131072 (per engine,
 #   16-token blocks: 2M tokens) WORKER_ARGS="" (more `worker --sim` flags) OUT
 #   ROUTER_NODE (default target/release/router-node, built if missing)
+#   ROUTER_TOOLS (default target/release/router-tools, built if missing)
 #   NATS_SERVER_BIN (default .tools/nats/bin/nats-server, installed if missing)
 #
 # Example (the conversation trace's first 1,500 requests at 10x, text prompts):
@@ -33,10 +34,11 @@ SPEEDUP=${SPEEDUP:-10}
 KV_BLOCKS=${KV_BLOCKS:-131072}
 OUT=${OUT:-$ROOT/out/bench-selection/$NAME}
 BIN=${ROUTER_NODE:-$ROOT/target/release/router-node}
+TOOLS=${ROUTER_TOOLS:-$ROOT/target/release/router-tools}
 NATS_BIN=${NATS_SERVER_BIN:-$ROOT/.tools/nats/bin/nats-server}
 
-if [[ ! -x $BIN ]]; then
-  (cd "$ROOT" && cargo build --release -p router-node)
+if [[ ! -x $BIN || ! -x $TOOLS ]]; then
+  (cd "$ROOT" && cargo build --release -p router-node -p router-tools)
 fi
 if [[ ! -x $NATS_BIN ]]; then
   "$ROOT/scripts/install-nats.sh"
@@ -66,7 +68,7 @@ done
 
 for i in $(seq 1 "$WORKERS"); do
   # shellcheck disable=SC2086 # WORKER_ARGS is a list of flags
-  "$BIN" worker --sim --nats "$NATS_URL" --worker-id "$i" --listen "127.0.0.1:$(free_port)" \
+  "$TOOLS" worker --sim --nats "$NATS_URL" --worker-id "$i" --listen "127.0.0.1:$(free_port)" \
     --speedup "$SPEEDUP" --kv-blocks "$KV_BLOCKS" ${WORKER_ARGS:-} >"$OUT/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done
@@ -102,5 +104,5 @@ if [[ $ready != 1 ]]; then
   exit 1
 fi
 
-"$BIN" bench --url "http://127.0.0.1:$HTTP_PORT" --metrics-url "http://127.0.0.1:$ADMIN_PORT/metrics" \
+"$TOOLS" bench --url "http://127.0.0.1:$HTTP_PORT" --metrics-url "http://127.0.0.1:$ADMIN_PORT/metrics" \
   --json "$OUT/bench.json" "$@" | tee "$OUT/report.txt"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Renders the Grafana dashboard (deploy/grafana/switchyard.json) during a `router-node bench`
+# Renders the Grafana dashboard (deploy/grafana/switchyard.json) during a `router-tools bench`
 # run, without containers: the compose fleet's shape started as plain processes.
 #
 #   nats-server, three simulated workers, two `serve` replicas behind HAProxy (roundrobin,
 #   /ready checks), Prometheus (Debian's package) scraping both replicas' admin listeners
 #   every 2 s, and
-#   `router-node bench` replaying the first minutes of traces/conversation_trace.jsonl.gz
+#   `router-tools bench` replaying the first minutes of traces/conversation_trace.jsonl.gz
 #   through HAProxy in two classes. At the end every panel's queries run on that Prometheus
 #   and scripts/render_dashboard.py draws them where the dashboard puts them.
 #
@@ -31,8 +31,9 @@ if ! "$PY" -c "import matplotlib" 2>/dev/null; then
   python3 -m venv "$ROOT/.tools/dash"
   "$PY" -m pip install --quiet 'matplotlib>=3.7,<4'
 fi
-cargo build --quiet -p router-node
+cargo build --quiet -p router-node -p router-tools
 BIN="$ROOT/target/debug/router-node"
+TOOLS="$ROOT/target/debug/router-tools"
 
 WORK="$(mktemp -d)"
 PIDS=()
@@ -92,7 +93,7 @@ EOF
 done
 for i in 1 2 3; do
   port=$(free_port)
-  "$BIN" worker --sim --role agg --worker-id "$i" --cluster snapshot --speedup 4 \
+  "$TOOLS" worker --sim --role agg --worker-id "$i" --cluster snapshot --speedup 4 \
     --listen "127.0.0.1:$port" --advertise "http://127.0.0.1:$port" --nats "$NATS" \
     >"$WORK/worker-$i.log" 2>&1 &
   PIDS+=($!)
@@ -139,7 +140,7 @@ sleep 10   # a few scrapes of the idle fleet before the load
 
 STARTED=$(date +%s)
 echo "dashboard-snapshot: bench, $REQUESTS requests at speedup $SPEEDUP through HAProxy"
-"$BIN" bench --trace traces/conversation_trace.jsonl.gz --url "http://127.0.0.1:$LB_PORT" \
+"$TOOLS" bench --trace traces/conversation_trace.jsonl.gz --url "http://127.0.0.1:$LB_PORT" \
   --max-requests "$REQUESTS" --speedup "$SPEEDUP" --classes interactive=3,batch=1 \
   --max-output-tokens 128 | grep -v "^bench: sent"
 sleep 6    # the last scrapes
@@ -148,4 +149,4 @@ MINUTES=$(python3 -c "print(($(date +%s) - $STARTED + 40) / 60)")
 mkdir -p "$(dirname "$OUT")"
 "$PY" scripts/render_dashboard.py --prometheus "http://127.0.0.1:$PROM_PORT" \
   --minutes "$MINUTES" --step 2 --rate-interval 8s --out "$OUT" \
-  --subtitle "2 replicas behind HAProxy, 3 simulated workers, router-node bench (conversation trace), $(date -u +%Y-%m-%d)"
+  --subtitle "2 replicas behind HAProxy, 3 simulated workers, router-tools bench (conversation trace), $(date -u +%Y-%m-%d)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the word-level model directory that `compare-routers` gives every router and engine.
 
-`router-node bench --prompt-format text` makes prompts of common English words joined by
+`router-tools bench --prompt-format text` makes prompts of common English words joined by
 single spaces (router-node/src/bench/prompt.rs, `WORDS`). A tokenizer with exactly one token
 per such word, splitting at whitespace, makes a prompt of N words N tokens in every process
 that reads it: Switchyard's nodes and simulated workers (`[tokenizer] kind = "huggingface"`),

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$PWD/.tools/nats/bin/nats-server}"
 export HAPROXY_BIN="${HAPROXY_BIN:-$PWD/.tools/haproxy/bin/haproxy}"
 
-cargo build -p router-node --locked
+cargo build -p router-node -p router-tools --locked
 cargo test -p switchyard-system-tests --locked --test compare_routers -- --ignored \
   switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row \
   two_rounds_keep_each_round_and_rank_the_routers_by_medians

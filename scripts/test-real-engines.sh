@@ -18,5 +18,5 @@ NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
 echo "== cargo test: real vLLM engines behind Switchyard"
-cargo build -p router-node --locked
+cargo build -p router-node -p router-tools --locked
 cargo test -p switchyard-system-tests --locked --test real_vllm -- --ignored --nocapture

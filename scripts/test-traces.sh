@@ -24,5 +24,5 @@ NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
 echo "== cargo test: traces of two replicas and a worker in Phoenix"
-cargo build -p router-node --locked
+cargo build -p router-node -p router-tools --locked
 cargo test -p switchyard-system-tests --locked --test otel_phoenix -- --ignored --nocapture

@@ -35,7 +35,7 @@ pub use ledger::{
     BookingDelta, BookingLedger, GateClosed, LeaseLeft, LeasedReservation, RoomAnswer,
 };
 pub use policy::{
-    ClassPolicy, ClassSource, Classification, ClassifyError, PolicyError, PolicyFormat,
+    ClassPolicy, ClassSource, Classification, ClassifyError, Endpoint, PolicyError, PolicyFormat,
     PolicyProfile, RequestFacts, UnknownClass,
 };
 pub use queue::{

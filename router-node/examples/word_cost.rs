@@ -11,7 +11,8 @@
 //!
 //! `cargo run -p router-node --example word_cost` (add `--release` for an optimised build).
 
-use router_node::frontend::{Tokenizer, longest_run};
+use router_node::frontend::longest_run;
+use router_tokenizer::Tokenizer;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 

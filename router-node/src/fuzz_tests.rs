@@ -1,16 +1,16 @@
-//! Property tests of every decoder of the node that reads what someone else wrote (issue #14
-//! item 5): the OpenAI request parser and the tokenizer behind it (clients), the upstream SSE
-//! assembler (workers), the benchmark's SSE reader (any endpoint), the Mooncake trace parser,
-//! the config loader with the policy profile it names and the API keys file (files). Each gets arbitrary bytes
+//! Property tests of every decoder of the node that reads what someone else wrote: the
+//! OpenAI request parser and the tokenizer behind it (clients), the upstream SSE assembler
+//! (workers), the SSE reader (any endpoint), the config loader with the policy profile it names and the API keys file (files). Each gets arbitrary bytes
 //! and structured input with extreme values; none may panic, and what they hold stays bounded.
 //! Case counts are modest so the suite runs in seconds with the normal tests.
 
-use crate::bench::trace::{MAX_INPUT_LENGTH, Trace, prompt_tokens};
 use crate::config::Config;
-use crate::frontend::{ChatTemplate, Endpoint, ParsedRequest, PromptInput, Prompter, SseAssembler};
+use crate::frontend::{ApiError, ParsedRequest, SseAssembler};
 use crate::sse::{MAX_SSE_LINE, SseReader};
 use proptest::prelude::*;
+use router_core::Endpoint;
 use router_core::{PolicyFormat, PolicyProfile, WorkerId};
+use router_tokenizer::{ChatTemplate, PromptInput, Prompter};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -170,7 +170,7 @@ proptest! {
     fn request_shaped_bodies_parse_or_name_a_field(body in request_body()) {
         let bytes = serde_json::to_vec(&body).map_err(|e| TestCaseError::fail(e.to_string()))?;
         for endpoint in [Endpoint::Completions, Endpoint::Chat] {
-            match prompter().parse(endpoint, &bytes) {
+            match prompter().parse(endpoint, &bytes).map(ParsedRequest::from).map_err(ApiError::from) {
                 Ok(request) => {
                     exercise(&request)?;
                     if let Some(n) = body.get("max_tokens").and_then(Value::as_u64) {
@@ -188,7 +188,7 @@ proptest! {
         let _ = prompter().encode(&text);
         let lossy = String::from_utf8_lossy(&bytes);
         let _ = prompter().encode(&lossy);
-        let pieces = crate::frontend::pieces(&text, 7);
+        let pieces = router_tokenizer::pieces(&text, 7);
         prop_assert_eq!(pieces.concat(), text);
     }
 
@@ -257,37 +257,6 @@ proptest! {
             (split.content_chunks, split.done, split.error, split.prompt_tokens)
         );
         prop_assert!(whole.content_chunks >= texts.iter().filter(|t| !t.is_empty()).count() as u64);
-    }
-
-    /// Any trace text parses or names a line; every record's prompt is exactly its
-    /// `input_length` long, which is bounded.
-    #[test]
-    fn trace_lines_parse_into_bounded_prompts(
-        lines in prop::collection::vec(
-            prop_oneof![
-                2 => (
-                    prop_oneof![Just(0u64), any::<u64>()],
-                    prop_oneof![1u64..3000, Just(MAX_INPUT_LENGTH), Just(MAX_INPUT_LENGTH + 1), Just(u64::MAX)],
-                    any::<u64>(),
-                    prop::collection::vec(any::<u64>(), 0..8),
-                ).prop_map(|(t, i, o, h)| json!({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": h}).to_string()),
-                1 => ".{0,40}",
-                1 => json_value().prop_map(|v| v.to_string()),
-            ],
-            0..5,
-        ),
-        block_tokens in prop_oneof![Just(0usize), 1usize..600, Just(usize::MAX)],
-    ) {
-        let text = lines.join("\n");
-        if let Ok(trace) = Trace::parse(&text, Some(3)) {
-            for (line, record) in &trace.records {
-                prop_assert!(record.input_length <= MAX_INPUT_LENGTH);
-                if record.input_length <= 4096 {
-                    let prompt = prompt_tokens(record, *line, block_tokens);
-                    prop_assert_eq!(prompt.len() as u64, record.input_length);
-                }
-            }
-        }
     }
 
     #[test]
@@ -458,10 +427,10 @@ fn a_chat_template_renders_or_refuses_any_messages() {
     runner
         .run(&json_value(), |messages| {
             if let Err(e) = template.render(Some(&json!([{"role": "user", "content": messages}]))) {
-                prop_assert_eq!(e.status.as_u16(), 400);
+                prop_assert_eq!(ApiError::from(e).status.as_u16(), 400);
             }
             if let Err(e) = template.render(Some(&messages)) {
-                prop_assert_eq!(e.status.as_u16(), 400);
+                prop_assert_eq!(ApiError::from(e).status.as_u16(), 400);
             }
             Ok(())
         })

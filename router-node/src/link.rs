@@ -56,7 +56,7 @@ pub struct LinkArgs {
     pub nats: String,
     /// Credentials and TLS of the NATS connection.
     #[command(flatten)]
-    pub nats_security: router_sim::NatsSecurityArgs,
+    pub nats_security: router_actors::bus::NatsSecurityArgs,
     /// Cluster name: the prefix of every bus subject (the routers' node.cluster).
     #[arg(long, default_value = "switchyard", env = "SWITCHYARD_CLUSTER")]
     pub cluster: String,

@@ -1,8 +1,7 @@
-//! `router-node`: the Switchyard binary. Thin on purpose: parse the command line, run the
+//! `router-node`: the Switchyard serving binary. Thin on purpose: parse the command line, run the
 //! command, turn its result into an exit code.
 
 mod cli;
-mod demo;
 
 /// mimalloc instead of the system allocator: the request path allocates small buffers on
 /// every hop, and glibc malloc cost ~20 % of the router's CPU under load (BENCHMARKS.md).

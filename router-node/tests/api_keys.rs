@@ -12,7 +12,8 @@ mod support;
 
 use router_core::PolicyProfile;
 use router_node::auth::{KeyStore, generate_key, hash_key, to_hex};
-use router_node::frontend::{Limits, Prompter};
+use router_node::frontend::Limits;
+use router_tokenizer::Prompter;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;

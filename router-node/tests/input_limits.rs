@@ -152,7 +152,7 @@ async fn a_4_mib_single_word_prompt_is_refused_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_tokens_and_prompt_tokens_over_their_limits_are_400s_naming_them() {
     // The tokenizer's vocabulary read, as `serve` does in the background at start.
-    router_node::frontend::warm_tokenizer().await;
+    router_tokenizer::Prompter::default().warm().await;
     let worker = spawn_worker(1, MS).await;
     let limits = Limits {
         max_tokens_limit: 1000,

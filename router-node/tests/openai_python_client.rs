@@ -123,7 +123,8 @@ async fn sim_worker(bus: Arc<dyn Bus>, cluster: &str, id: u64) -> SimWorker {
         cluster: cluster.to_owned(),
         heartbeat: Duration::from_millis(100),
         lease: Duration::from_secs(2),
-        ..router_node::worker::sim_config()
+        prompts: Arc::new(router_tokenizer::Prompter::default()),
+        ..SimConfig::default()
     };
     SimWorker::start(listener, bus, cfg).await.unwrap()
 }

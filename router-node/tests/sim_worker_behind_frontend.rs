@@ -60,7 +60,7 @@ async fn streamed_responses_do_not_wait_for_delayed_acks() {
         worker_id: WorkerId(1),
         instant: true,
         heartbeat: Duration::from_millis(100),
-        ..router_node::worker::sim_config()
+        ..support::sim_config()
     };
     let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)
         .await

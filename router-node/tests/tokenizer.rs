@@ -9,8 +9,9 @@ mod support;
 
 use router_actors::bus::local::LocalBus;
 use router_node::config::{Config, ConfigError};
-use router_node::frontend::{Limits, PromptInput, Prompter};
+use router_node::frontend::Limits;
 use router_sim::{SimConfig, SimWorker};
+use router_tokenizer::{PromptInput, Prompter};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -135,12 +136,12 @@ async fn tiktoken_encodings_are_chosen_by_name_and_the_default_is_unchanged() {
     let text = PromptInput::Text(vec!["hello world <|endoftext|>".into()]);
     assert_eq!(
         default.tokenize(text.clone()).await,
-        router_node::frontend::tokenize(text).await
+        Prompter::default().tokenize(text).await
     );
     let messages = chat();
     assert_eq!(
         default.render_chat(Some(&messages)).unwrap(),
-        router_node::frontend::render_chat(Some(&messages)).unwrap()
+        router_tokenizer::render_chat(Some(&messages)).unwrap()
     );
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -153,7 +154,7 @@ async fn the_chat_template_renders_the_messages() {
     assert_eq!(rendered, RENDERED);
     assert_eq!(prompter.encode(&rendered), RENDERED_IDS);
     // Rendered plainly, `role:` words would be unknown.
-    let plain = router_node::frontend::render_chat(Some(&messages)).unwrap();
+    let plain = router_tokenizer::render_chat(Some(&messages)).unwrap();
     assert_eq!(prompter.encode(&plain), vec![0, 9, 10, 0, 4, 5, 0]);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -204,8 +205,8 @@ async fn the_simulated_worker_counts_with_the_same_prompter() {
     let cfg = SimConfig {
         speedup: 100.0,
         heartbeat: Duration::from_millis(50),
-        prompts: router_node::worker::prompts(prompter),
-        ..router_node::worker::sim_config()
+        prompts: Arc::new(prompter),
+        ..support::sim_config()
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker = SimWorker::start(listener, Arc::new(LocalBus::new()), cfg)

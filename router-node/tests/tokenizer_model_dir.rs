@@ -1,4 +1,4 @@
-//! `[tokenizer] model_dir`: the model directory fixture (`tests/fixtures/tiny-llama`, a
+//! `[tokenizer] model_dir`: the model directory fixture (`router-tokenizer/tests/fixtures/tiny-llama`, a
 //! Llama-3-shaped byte-level BPE written by `examples/tokenizer_fixture.rs`) loaded through a
 //! config file; vLLM's special-token rule (a completion's prompt gets the BOS, a rendered
 //! chat prompt carries its own and gets none); both forms of `chat_template` and
@@ -9,8 +9,10 @@
 
 mod support;
 
+use router_core::Endpoint;
 use router_node::config::{Config, ConfigError};
-use router_node::frontend::{Endpoint, Limits, PromptInput, Prompter};
+use router_node::frontend::Limits;
+use router_tokenizer::{PromptInput, Prompter};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use support::{PROFILE, spawn_node_tuned};
@@ -22,7 +24,7 @@ const END_HEADER: u32 = 3;
 const EOT: u32 = 4;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-llama")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../router-tokenizer/tests/fixtures/tiny-llama")
 }
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -1,5 +1,5 @@
 //! Switchyard's whole-system tests. The tests in `tests/` start real processes (nats-server,
-//! `router-node serve` nodes, `router-node worker --sim` workers; later load balancers and real
+//! `router-node serve` nodes, `router-tools worker --sim` workers; later load balancers and real
 //! engines) and talk to them over real sockets, as an operator would. Tests that build the app
 //! or the actors in-process stay in their own crate.
 //!

@@ -1,4 +1,4 @@
-//! `router-node bench` as a process: usage errors and malformed traces exit 2 with a message
+//! `router-tools bench` as a process: usage errors and malformed traces exit 2 with a message
 //! naming what is wrong, an unreachable endpoint exits 1 after trying every request (of a
 //! trace, or of synthetic load, each listed with `--per-request`), the trace that ships
 //! with the project (`traces/conversation_trace.jsonl.gz`) is read as it is, and `trace
@@ -9,11 +9,11 @@
 
 use std::process::Output;
 
-use router_node::bench::BenchReport;
+use router_tools::bench::BenchReport;
 use switchyard_system_tests::support::{self, TempDir};
 
-fn router_node(args: &[&str]) -> Output {
-    support::run(args)
+fn router_tools(args: &[&str]) -> Output {
+    support::run_tools(args)
 }
 
 #[test]
@@ -155,14 +155,14 @@ fn usage_and_trace_errors_exit_2_with_a_message() {
             "cannot be used with",
         ),
     ] {
-        let out = router_node(&args);
+        let out = router_tools(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     // A trace that cannot be written is not a usage error.
-    let out = router_node(&["trace", "synth", "--output", "/nonexistent/dir/t.jsonl"]);
+    let out = router_tools(&["trace", "synth", "--output", "/nonexistent/dir/t.jsonl"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -180,7 +180,7 @@ fn an_unreachable_endpoint_exits_1_after_trying_every_request() {
          {\"timestamp\": 10, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
     );
     let json = trace.with_file_name("result.json");
-    let out = router_node(&[
+    let out = router_tools(&[
         "bench",
         "--trace",
         trace.to_str().unwrap(),
@@ -203,7 +203,7 @@ fn the_shipped_gzipped_trace_is_read_and_replayed() {
     let trace = support::workspace_root().join("traces/conversation_trace.jsonl.gz");
     let dir = TempDir::new("bench");
     let json = dir.path().join("result.json");
-    let out = router_node(&[
+    let out = router_tools(&[
         "bench",
         "--trace",
         trace.to_str().unwrap(),
@@ -226,7 +226,7 @@ fn the_shipped_gzipped_trace_is_read_and_replayed() {
 fn synthetic_load_against_an_unreachable_endpoint_lists_every_failed_request() {
     let dir = TempDir::new("bench");
     let json = dir.path().join("result.json");
-    let out = router_node(&[
+    let out = router_tools(&[
         "bench",
         "--rate",
         "10",

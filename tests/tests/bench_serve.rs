@@ -1,4 +1,4 @@
-//! `router-node trace synth` and `router-node bench` as processes against a `serve` node (a
+//! `router-tools trace synth` and `router-tools bench` as processes against a `serve` node (a
 //! real nats-server, one simulated worker, a two-class profile): the synthesised trace is
 //! replayed as text after a warm-up, every request is ok with a prefix hit, the SLO columns
 //! show, the node's queue depth is sampled for every class (batch waits), and every SVG plot
@@ -10,11 +10,11 @@
 use std::process::Output;
 use std::time::Duration;
 
-use router_node::bench::BenchReport;
+use router_tools::bench::BenchReport;
 use switchyard_system_tests::support::{self, ClusterBuilder, Role, TempDir};
 
-fn router_node(args: &[&str]) -> Output {
-    support::run(args)
+fn router_tools(args: &[&str]) -> Output {
+    support::run_tools(args)
 }
 
 /// Interactive is protected; batch waits as soon as a worker has any prefill booked.
@@ -56,7 +56,7 @@ fn read_svg(path: &std::path::Path) -> (Vec<String>, Vec<usize>) {
 async fn a_synthesised_trace_replayed_through_a_serve_node_plots_its_queue_depth() {
     let dir = TempDir::new("bench");
     let trace = dir.path().join("synth.jsonl");
-    let synth = router_node(&[
+    let synth = router_tools(&[
         "trace",
         "synth",
         "--output",
@@ -126,7 +126,7 @@ async fn a_synthesised_trace_replayed_through_a_serve_node_plots_its_queue_depth
     .map(str::to_owned)
     .to_vec();
     let out = tokio::task::spawn_blocking(move || {
-        router_node(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        router_tools(&args.iter().map(String::as_str).collect::<Vec<_>>())
     })
     .await
     .unwrap();

@@ -1,6 +1,6 @@
 //! A NATS outage under load, as an operator would see it (`faults::Scenario::NatsOutage`, the
 //! same run as `cluster-faults --scenario nats-outage`): three `serve` replicas and three
-//! simulated workers on a real nats-server behind a real HAProxy; `router-node bench` sends
+//! simulated workers on a real nats-server behind a real HAProxy; `router-tools bench` sends
 //! 40 requests/s through HAProxy; the nats-server is killed for 10 s (longer than the peers'
 //! lease and the workers' lease) and started again on its port. No request fails because of
 //! the outage: replicas keep the workers and peers they knew, `/ready` stays 200 and says the

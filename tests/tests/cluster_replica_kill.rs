@@ -1,6 +1,6 @@
 //! A replica killed under load, as an operator would see it (`faults::Scenario::ReplicaKill`,
 //! the same run as `cluster-faults --scenario replica-kill`): three `serve` replicas and three
-//! simulated workers behind a real HAProxy, `router-node bench` sending 40 requests/s through
+//! simulated workers behind a real HAProxy, `router-tools bench` sending 40 requests/s through
 //! it; one replica gets SIGKILL. Only requests in flight at the kill may fail (their
 //! connections cut); none sent after HAProxy saw it down fails (a refused connection is
 //! retried on another replica); the survivors drop it and its bookings within its 3 s lease

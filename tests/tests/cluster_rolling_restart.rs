@@ -1,6 +1,6 @@
 //! A rolling restart under load, as an operator would run one (`faults::Scenario::
 //! RollingRestart`, the same run as `cluster-faults --scenario rolling-restart`): three
-//! `serve` replicas and three simulated workers behind a real HAProxy, `router-node bench`
+//! `serve` replicas and three simulated workers behind a real HAProxy, `router-tools bench`
 //! sending 40 requests/s through it; each replica in turn gets SIGTERM (its `/ready` turns
 //! false, it keeps serving for `http.shutdown_delay_ms` while HAProxy's checks notice, then
 //! it drains and says goodbye), exits 0, and is started again on the same address; the next

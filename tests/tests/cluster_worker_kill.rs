@@ -1,6 +1,6 @@
 //! A worker killed under load, as an operator would see it (`faults::Scenario::WorkerKill`,
 //! the same run as `cluster-faults --scenario worker-kill`): three `serve` replicas and three
-//! simulated workers behind a real HAProxy, `router-node bench` sending 40 requests/s through
+//! simulated workers behind a real HAProxy, `router-tools bench` sending 40 requests/s through
 //! it; one worker gets SIGKILL. Only requests in flight on it at the kill fail (their streams
 //! end with an error event); a request placed on it afterwards, before the replicas drop it,
 //! is refused and placed again on another worker, so none sent after the kill fails; every

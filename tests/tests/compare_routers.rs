@@ -11,8 +11,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use router_node::bench::prompt::WORDS;
-use router_node::frontend::{Prompter, Tokenizer};
+use router_tokenizer::{Prompter, Tokenizer};
+use router_tools::bench::prompt::WORDS;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -131,7 +131,7 @@ fn the_shared_tokenizer_has_one_token_per_word_of_bench_text_prompts() {
 fn shared_prefix_trace(dir: &Path) -> String {
     let trace = dir.join("shared.jsonl");
     let trace = trace.to_str().unwrap().to_owned();
-    let synth = support::run(&[
+    let synth = support::run_tools(&[
         "trace",
         "synth",
         "-o",

@@ -6,10 +6,10 @@
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use switchyard_system_tests::support::router_node_bin;
+use switchyard_system_tests::support::router_tools_bin;
 
 fn router_node(args: &[&str]) -> Output {
-    Command::new(router_node_bin())
+    Command::new(router_tools_bin())
         .args(args)
         .output()
         .expect("the router-node binary runs")

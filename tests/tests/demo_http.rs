@@ -1,4 +1,4 @@
-//! End-to-end tests of `router-node demo` over HTTP (the default): the real binary starts a
+//! End-to-end tests of `router-tools demo` over HTTP (the default): the real binary starts a
 //! node and simulated engines in one process, sends the built-in workload through its own
 //! OpenAI endpoint and prints a summary that accounts for every request exactly once, with
 //! an idle ledger afterwards; without `--once` it keeps serving until SIGTERM; bad command
@@ -12,10 +12,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
-use switchyard_system_tests::support::router_node_bin;
+use switchyard_system_tests::support::router_tools_bin;
 
 fn router_node(args: &[&str]) -> Output {
-    Command::new(router_node_bin())
+    Command::new(router_tools_bin())
         .args(args)
         .output()
         .expect("the router-node binary runs")
@@ -299,11 +299,11 @@ fn sigterm_and_wait(child: &mut std::process::Child) -> std::process::ExitStatus
     }
 }
 
-/// `router-node demo` serving on `listen` after `requests` built-in requests on one worker,
+/// `router-tools demo` serving on `listen` after `requests` built-in requests on one worker,
 /// and its stdout line by line.
 fn serving_demo(listen: &str, requests: u32) -> (std::process::Child, mpsc::Receiver<String>) {
     let requests = requests.to_string();
-    let mut child = Command::new(router_node_bin())
+    let mut child = Command::new(router_tools_bin())
         .args([
             "demo",
             "--listen",

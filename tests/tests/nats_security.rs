@@ -281,7 +281,7 @@ async fn wrong_settings_fail_fast_and_say_what_failed() {
     let mut worker_args = worker_args.clone();
     worker_args[at + 1] = path(&seed);
     args.extend_from_slice(&worker_args);
-    let out = switchyard_system_tests::support::run(&args);
+    let out = switchyard_system_tests::support::run_tools(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("authentication failed"), "{err}");

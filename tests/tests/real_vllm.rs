@@ -329,12 +329,12 @@ async fn token_counts_match(url: &str) {
                 and unicode: naïve café, 東京, emoji 🚀, tabs\tand\nnewlines.";
     let requests = [
         (
-            router_node::frontend::Endpoint::Completions,
+            router_tokenizer::Endpoint::Completions,
             "completions",
             json!({"model": model, "prompt": text, "max_tokens": 1}),
         ),
         (
-            router_node::frontend::Endpoint::Chat,
+            router_tokenizer::Endpoint::Chat,
             "chat/completions",
             json!({"model": model, "max_tokens": 1, "messages": [
                 {"role": "system", "content": "You are terse."},
@@ -345,7 +345,7 @@ async fn token_counts_match(url: &str) {
     for (endpoint, path, body) in requests {
         let parsed = prompter
             .parse(endpoint, body.to_string().as_bytes())
-            .unwrap_or_else(|e| panic!("{}", e.message));
+            .unwrap_or_else(|e| panic!("{e}"));
         let ours = prompter.tokenize_for(endpoint, parsed.prompt).await.len();
         let answer: Value = http()
             .post(format!("{url}/v1/{path}"))

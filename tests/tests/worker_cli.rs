@@ -1,4 +1,4 @@
-//! `router-node worker` as a process: usage errors exit 2 with a message, an unreachable NATS
+//! `router-tools worker` as a process: usage errors exit 2 with a message, an unreachable NATS
 //! exits 1, a standalone worker serves until SIGTERM and then exits 0, and a worker whose
 //! nats-server went away still stops at SIGTERM.
 
@@ -7,10 +7,13 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use switchyard_system_tests::support::router_node_bin;
+use switchyard_system_tests::support::router_tools_bin;
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(router_node_bin()).args(args).output().unwrap();
+    let out = Command::new(router_tools_bin())
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -55,9 +58,9 @@ fn startup_failures_exit_1() {
     assert!(err.contains("subject"), "{err}");
 }
 
-/// Starts `router-node worker --sim` with `args` and returns it with the URL it printed.
+/// Starts `router-tools worker --sim` with `args` and returns it with the URL it printed.
 async fn start_worker(args: &[&str]) -> (std::process::Child, String) {
-    let mut child = Command::new(router_node_bin())
+    let mut child = Command::new(router_tools_bin())
         .args(["worker", "--sim", "--listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())

@@ -1,4 +1,4 @@
-//! The in-process bus: the embedded default (`router-node demo`) and unit tests. Same
+//! The in-process bus: the embedded default (`router-tools demo`) and unit tests. Same
 //! contract as NATS (see `bus/mod.rs`): wildcard subjects, per-publisher order, at-most-once
 //! delivery, request/reply with a private inbox, and a bounded queue per subscriber that drops
 //! the newest message (counted) instead of slowing publishers.

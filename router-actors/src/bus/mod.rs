@@ -1,6 +1,6 @@
 //! The bus: publish, subscribe and request/reply over subjects, with two implementations
 //! held to the same contract: NATS (`nats.rs`, for clusters; its credentials and TLS in
-//! `nats_security.rs`) and in-process (`local.rs`, for the embedded default and unit tests). Actors see typed messages from `crate::wire`, never
+//! `nats_security.rs`, their `--nats-*` command-line flags in `nats_args.rs`) and in-process (`local.rs`, for the embedded default and unit tests). Actors see typed messages from `crate::wire`, never
 //! raw bus messages.
 //!
 //! The contract both implementations keep, checked against both by
@@ -34,7 +34,10 @@
 
 pub mod local;
 pub mod nats;
+pub mod nats_args;
 pub mod nats_security;
+
+pub use nats_args::NatsSecurityArgs;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;

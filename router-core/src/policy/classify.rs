@@ -20,12 +20,55 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fmt;
 
-/// The OpenAI route a request came in on, as a rule names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The OpenAI route a request came in on (and goes out to), as a rule names it: the one
+/// enum of routes every crate uses (the frontend, the simulated worker, the load tools).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Endpoint {
+    /// `POST /v1/completions`.
     Completions,
+    /// `POST /v1/chat/completions`.
     Chat,
+}
+
+impl Endpoint {
+    /// Every route, in a fixed order.
+    pub const ALL: [Self; 2] = [Self::Completions, Self::Chat];
+
+    /// The path on an OpenAI server.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Completions => "/v1/completions",
+            Self::Chat => "/v1/chat/completions",
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Completions => "completions",
+            Self::Chat => "chat_completions",
+        }
+    }
+
+    /// The name a rule (or a command-line flag) gives it: `completions` or `chat`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Completions => "completions",
+            Self::Chat => "chat",
+        }
+    }
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("`{s}` is not an OpenAI route (completions or chat)"))
+    }
 }
 
 /// Inclusive bounds on a token count.

@@ -79,7 +79,7 @@ fn a_variable_sets_its_key_in_every_section() {
     assert_eq!(config.telemetry.log_filter, "router_node=debug,info");
     assert_eq!(
         config.tokenizer.encoding,
-        crate::frontend::TiktokenEncoding::Cl100kBase
+        router_tokenizer::TiktokenEncoding::Cl100kBase
     );
     assert_eq!(
         config.disagg.convention,

@@ -43,7 +43,8 @@ pub use http::{AdminSection, HttpSection};
 pub use load::ConfigError;
 pub use security::{BusAuthSection, BusTlsSection, RegistrySection};
 
-use crate::frontend::{DisaggConvention, TiktokenEncoding};
+use crate::frontend::DisaggConvention;
+use router_tokenizer::TiktokenEncoding;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

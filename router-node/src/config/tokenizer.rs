@@ -3,7 +3,7 @@
 //! directory) as the frontend's [`Prompter`].
 
 use super::{Config, ConfigError, TokenizerKind, TokenizerSection};
-use crate::frontend::{ChatTemplate, Prompter, Tokenizer};
+use router_tokenizer::{ChatTemplate, Prompter, Tokenizer};
 
 impl TokenizerSection {
     /// The keys that go together; the first conflict is reported by its key.

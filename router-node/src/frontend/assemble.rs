@@ -8,11 +8,11 @@
 //! `RequestObserver` its content chunks and usage (`RequestObserver::parsed`).
 
 use super::error::{ApiError, Stage};
-use super::openai::Endpoint;
 use super::proxy::{Upstream, broken};
 use crate::metrics::RequestObserver;
 use axum::body::Bytes;
 use futures::stream::StreamExt;
+use router_core::Endpoint;
 use router_core::WorkerId;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

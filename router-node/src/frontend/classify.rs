@@ -15,10 +15,10 @@ use super::AppState;
 use super::admit::Class;
 use super::error::ApiError;
 use super::handlers::CLASS_HEADER;
-use super::openai::{Endpoint, ParsedRequest};
+use super::openai::ParsedRequest;
 use crate::auth::ApiKey;
 use axum::http::HeaderMap;
-use router_core::policy::{self, BodyField, Classification, ClassifyError, RequestFacts};
+use router_core::policy::{BodyField, Classification, ClassifyError, RequestFacts};
 use serde::Serialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -43,10 +43,7 @@ pub(super) fn classify(
     let body_field = |field: &BodyField| body_field(&request.body, field);
     let facts = RequestFacts {
         model: &request.model,
-        endpoint: match request.endpoint {
-            Endpoint::Completions => policy::Endpoint::Completions,
-            Endpoint::Chat => policy::Endpoint::Chat,
-        },
+        endpoint: request.endpoint,
         prompt_tokens: u64::try_from(prompt_tokens).unwrap_or(u64::MAX),
         max_tokens: request
             .max_tokens

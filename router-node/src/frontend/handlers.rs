@@ -19,7 +19,7 @@ use super::auth;
 use super::classify::classify;
 use super::error::ApiError;
 use super::limits::Deadline;
-use super::openai::{Endpoint, ParsedRequest, PromptInput};
+use super::openai::ParsedRequest;
 use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward, never_reached};
 use super::{AppState, Limits};
 use crate::auth::ApiKey;
@@ -30,7 +30,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use router_core::Endpoint;
 use router_core::{Phase, RequestId, WorkerId};
+use router_tokenizer::PromptInput;
 use serde_json::json;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -198,7 +200,7 @@ async fn prepare(
 ) -> Result<(Prepared, Class), ApiError> {
     let limits = &state.limits;
     let bytes = read_body(body, headers, limits).await?;
-    let mut request = state.prompter.parse(endpoint, &bytes)?;
+    let mut request: ParsedRequest = state.prompter.parse(endpoint, &bytes)?.into();
     drop(bytes);
     limits.check_max_tokens(request.max_tokens)?;
     let tokenizer = state.prompter.tokenizer();

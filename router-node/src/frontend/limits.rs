@@ -17,8 +17,8 @@
 //! give no `L`; their prompts are counted after tokenizing only.
 
 use super::error::ApiError;
-use super::openai::PromptInput;
 use super::upstream::UpstreamClient;
+use router_tokenizer::PromptInput;
 use std::time::Duration;
 
 /// The frontend's bounds. Every one of them is enforced; none is unlimited.

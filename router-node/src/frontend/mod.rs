@@ -25,42 +25,27 @@
 //! before tokenizing and the request's [`Deadline`]), `server.rs` (a listener's accept loop:
 //! connection cap, header timeout, graceful shutdown), `admin.rs` (the admin app, its token
 //! and the probes), `auth.rs` (API keys: authentication, entitlements, rate limits),
-//! `handlers.rs`, `openai.rs`, `classify.rs` (the request's class from the profile's
-//! classifiers), `admit.rs`, `proxy.rs`, `disagg/`, `error.rs`, `prompter.rs` (the
-//! [`Prompter`]: tokenizer and chat rendering), `tokenizer.rs` (the [`Tokenizer`]),
-//! `huggingface.rs` (a `tokenizer.json`), `split.rs` (long text encoded in parallel pieces),
-//! `pretokenize.rs` (split patterns on regex-automata), `o200k.rs` (the default encoding
-//! without fancy-regex), `hf_fast.rs` (usual byte-level BPE `tokenizer.json` files, faster;
-//! tested in `hf_fast_tests.rs`), `model_dir.rs` (a model directory's tokenizer and chat
-//! template), `chat_template.rs`, `upstream.rs` (the upstream legs' HTTP client: hyper's,
-//! pooled), `upstream_url.rs` (the workers' route URLs, parsed once), `timer.rs` (hyper's
-//! timer for the listeners: a deadline that passed while the node was stopped gets a grace).
+//! `handlers.rs`, `openai.rs` (the parsed request and the worker's body), `classify.rs` (the
+//! request's class from the profile's classifiers), `admit.rs`, `proxy.rs`, `disagg/`,
+//! `error.rs`, `upstream.rs` (the upstream legs' HTTP client: hyper's, pooled),
+//! `upstream_url.rs` (the workers' route URLs, parsed once), `timer.rs` (hyper's timer for
+//! the listeners: a deadline that passed while the node was stopped gets a grace). The
+//! tokenizer and chat rendering are router-tokenizer's [`Prompter`].
 
 mod admin;
 mod admit;
 mod assemble;
 mod auth;
 mod breaker;
-mod chat_template;
 mod classify;
 mod disagg;
 mod error;
 mod handlers;
-mod hf_fast;
-#[cfg(test)]
-mod hf_fast_tests;
-mod huggingface;
 mod limits;
-mod model_dir;
-mod o200k;
 mod openai;
-mod pretokenize;
-mod prompter;
 mod proxy;
 mod server;
-mod split;
 mod timer;
-mod tokenizer;
 mod upstream;
 mod upstream_url;
 
@@ -68,20 +53,14 @@ pub use crate::metrics::Metrics;
 pub use admin::{AdminToken, admin_app};
 #[cfg(test)]
 pub(crate) use assemble::SseAssembler;
-pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use classify::{ClassifierCounts, RuleCounts};
 pub use disagg::DisaggConvention;
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
-pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
 pub use limits::{Deadline, Limits, longest_run};
-pub use model_dir::ModelDirError;
-pub use openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize, warm_tokenizer};
-pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
+pub use openai::ParsedRequest;
 pub use proxy::BookingGuard;
 pub use server::{ConnectionLimits, serve_app};
-pub use split::{SPLIT_MIN_BYTES, pieces};
-pub use tokenizer::{TiktokenEncoding, Tokenizer, TokenizerLoadError};
 pub use upstream::{UpstreamClient, UpstreamError};
 
 use crate::auth::KeyStore;
@@ -89,6 +68,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use router_actors::{Liveness, RouterHandle};
 use router_core::{PolicyProfile, WorkerId};
+use router_tokenizer::Prompter;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;

@@ -3,12 +3,14 @@
 //! rejection reason, and the metrics text. No input may panic.
 
 use super::error::ApiError;
-use super::openai::{Endpoint, ParsedRequest, PromptInput, render_chat, tokenize};
+use super::openai::ParsedRequest;
 use crate::metrics::Metrics;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use router_core::Endpoint;
 use router_core::queue::{ExpiryStage, LimitKind};
 use router_core::{GateClosed, RankId, RejectReason, WorkerId};
+use router_tokenizer::{PromptInput, render_chat};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -192,34 +194,6 @@ fn upstream_always_streams_and_keeps_other_fields() {
     let raw = String::from_utf8(p.upstream_body()).unwrap_or_default();
     assert_eq!(raw.matches("\"stream\":").count(), 1, "{raw}");
     assert_eq!(raw.matches("\"stream_options\":").count(), 1, "{raw}");
-}
-
-#[tokio::test]
-async fn token_ids_are_used_as_given_and_text_is_tokenized() {
-    assert_eq!(tokenize(PromptInput::Tokens(vec![5, 6])).await, vec![5, 6]);
-    let a = tokenize(PromptInput::Text(vec!["hello world".into()])).await;
-    assert!(!a.is_empty() && a.len() < 11, "{a:?}");
-    let special = tokenize(PromptInput::Text(vec!["<|endoftext|>".into()])).await;
-    assert!(
-        special.len() > 1,
-        "special tokens are plain text: {special:?}"
-    );
-}
-
-#[tokio::test]
-async fn short_text_on_the_task_and_long_text_on_a_blocking_thread_tokenize_alike() {
-    super::warm_tokenizer().await;
-    let bpe = tiktoken_rs::o200k_base_singleton();
-    let short = "The quick brown fox jumps over the lazy dog. ".repeat(4);
-    let long = short.repeat(16);
-    assert!(short.len() <= super::INLINE_TOKENIZE_MAX_BYTES);
-    assert!(long.len() > super::INLINE_TOKENIZE_MAX_BYTES);
-    for text in [short, long] {
-        let parts = vec![text.clone(), "tail".to_owned()];
-        let mut expected = bpe.encode_ordinary(&text);
-        expected.extend(bpe.encode_ordinary("tail"));
-        assert_eq!(tokenize(PromptInput::Text(parts)).await, expected);
-    }
 }
 
 #[test]

@@ -122,7 +122,7 @@ pub async fn serve_with_bus(
 /// What the frontend is built from, besides the node.
 struct Frontend {
     profile: router_core::PolicyProfile,
-    prompter: frontend::Prompter,
+    prompter: router_tokenizer::Prompter,
     token: Option<AdminToken>,
 }
 

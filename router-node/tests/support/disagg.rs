@@ -117,7 +117,7 @@ impl Fleet {
             role,
             heartbeat: 100 * MS,
             cluster: CLUSTER.to_owned(),
-            ..router_node::worker::sim_config()
+            ..crate::support::sim_config()
         }
     }
 

@@ -17,7 +17,8 @@ use router_core::{
     PolicyProfile, PoolRole, PoolRouterConfig, PrefixMode, RouterId, SchedulerConfig, WorkerId,
     WorkerSpec,
 };
-use router_node::frontend::{AppState, Limits, Prompter, StaticDirectory, serve, serve_admin};
+use router_node::frontend::{AppState, Limits, StaticDirectory, serve, serve_admin};
+use router_tokenizer::Prompter;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -208,6 +209,17 @@ pub struct Node {
     _stop_admin: oneshot::Sender<()>,
 }
 
+/// A simulated worker's config reading bodies with the default prompter (the frontend's
+/// tokenizer and chat rendering) and parenting its request spans on the caller's
+/// `traceparent`, as `router-tools worker --sim` runs it.
+pub fn sim_config() -> router_sim::SimConfig {
+    router_sim::SimConfig {
+        prompts: Arc::new(Prompter::default()),
+        trace_parent: Some(router_node::telemetry::propagation::set_remote_parent),
+        ..router_sim::SimConfig::default()
+    }
+}
+
 /// A simulated engine (`worker --sim`, id 1) at `speedup`, on 127.0.0.1:0 and a bus of its
 /// own: a real worker for a node from [`spawn_node`] to route to.
 pub async fn spawn_sim_worker(speedup: f64) -> router_sim::SimWorker {
@@ -216,7 +228,7 @@ pub async fn spawn_sim_worker(speedup: f64) -> router_sim::SimWorker {
         worker_id: router_core::WorkerId(1),
         speedup,
         heartbeat: Duration::from_millis(100),
-        ..router_node::worker::sim_config()
+        ..sim_config()
     };
     let bus = Arc::new(router_actors::bus::local::LocalBus::new());
     router_sim::SimWorker::start(listener, bus, cfg)

@@ -1,4 +1,4 @@
-//! `router-node worker --sim ...`: the command-line face of [`SimWorker`]. The router node
+//! `router-tools worker --sim ...`: the command-line face of [`SimWorker`]. The router node
 //! flattens [`SimArgs`] into its `worker` subcommand and calls [`run_with`] with the reader
 //! of its own `--tokenizer-config` (this crate has no tokenizer of its own) and its
 //! telemetry ([`Hooks`]).
@@ -38,7 +38,7 @@ impl From<RoleArg> for Role {
     }
 }
 
-/// The simulated worker's arguments (`router-node worker` flattens them into its own).
+/// The simulated worker's arguments (`router-tools worker` flattens them into its own).
 #[derive(Debug, Args)]
 pub struct SimArgs {
     /// Run the simulated engine (the only kind of worker there is).
@@ -55,7 +55,7 @@ pub struct SimArgs {
     pub nats: Option<String>,
     /// Credentials and TLS of the NATS connection.
     #[command(flatten)]
-    pub nats_security: crate::NatsSecurityArgs,
+    pub nats_security: router_actors::bus::NatsSecurityArgs,
     /// Run without NATS (routers in other processes cannot see this worker): for curl tests.
     #[arg(long)]
     pub standalone: bool,
@@ -101,7 +101,7 @@ pub struct SimArgs {
 }
 
 /// Builds the worker's [`PromptReader`] once the arguments are known to be usable; an error
-/// is a usage error (exit code 2) printed after `router-node worker: `.
+/// is a usage error (exit code 2) printed after `router-tools worker: `.
 pub type LoadPrompts<'a> = &'a dyn Fn() -> Result<Arc<dyn PromptReader>, String>;
 
 fn positive_f64(s: &str) -> Result<f64, String> {
@@ -160,7 +160,7 @@ impl std::fmt::Debug for Hooks<'_> {
     }
 }
 
-/// Runs `router-node worker` until Ctrl-C or SIGTERM, reading bodies with `prompts`' reader.
+/// Runs `router-tools worker` until Ctrl-C or SIGTERM, reading bodies with `prompts`' reader.
 pub fn run(args: &SimArgs, prompts: LoadPrompts<'_>) -> ExitCode {
     run_with(args, prompts, &Hooks::default())
 }
@@ -169,14 +169,14 @@ pub fn run(args: &SimArgs, prompts: LoadPrompts<'_>) -> ExitCode {
 pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> ExitCode {
     if !args.sim {
         eprintln!(
-            "router-node worker: only the simulated engine exists; pass --sim \
-             (e.g. `router-node worker --sim --standalone`)"
+            "router-tools worker: only the simulated engine exists; pass --sim \
+             (e.g. `router-tools worker --sim --standalone`)"
         );
         return ExitCode::from(2);
     }
     if args.nats.is_none() && !args.standalone {
         eprintln!(
-            "router-node worker: no --nats URL, so routers in other processes cannot see this \
+            "router-tools worker: no --nats URL, so routers in other processes cannot see this \
              worker; pass --nats nats://HOST:PORT, or --standalone to serve it alone (curl tests)"
         );
         return ExitCode::from(2);
@@ -184,7 +184,7 @@ pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> 
     let prompts = match prompts() {
         Ok(prompts) => prompts,
         Err(e) => {
-            eprintln!("router-node worker: {e}");
+            eprintln!("router-tools worker: {e}");
             return ExitCode::from(2);
         }
     };
@@ -194,7 +194,7 @@ pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> 
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("router-node worker: cannot start the async runtime: {e}");
+            eprintln!("router-tools worker: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -202,7 +202,7 @@ pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> 
         let telemetry = match hooks.telemetry.map(|start| start()).transpose() {
             Ok(telemetry) => telemetry,
             Err(message) => {
-                eprintln!("router-node worker: {message}");
+                eprintln!("router-tools worker: {message}");
                 return ExitCode::from(2);
             }
         };
@@ -212,7 +212,7 @@ pub fn run_with(args: &SimArgs, prompts: LoadPrompts<'_>, hooks: &Hooks<'_>) -> 
         match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
-                eprintln!("router-node worker: {message}");
+                eprintln!("router-tools worker: {message}");
                 ExitCode::from(1)
             }
         }
@@ -256,7 +256,7 @@ async fn serve(
         None => "standalone, not announced to any router".to_owned(),
     };
     println!(
-        "router-node worker: simulated {role} engine {id} serving {} ({via}); Ctrl-C stops it",
+        "router-tools worker: simulated {role} engine {id} serving {} ({via}); Ctrl-C stops it",
         worker.endpoint()
     );
     worker

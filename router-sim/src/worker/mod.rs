@@ -102,7 +102,7 @@ mod prompt;
 pub use engine_task::{
     COMMAND_CAPACITY, DELIVERY_CAPACITY, Delivery, EngineGone, EngineHandle, LoadReport,
 };
-pub use prompt::{BadRequest, PromptReader, PromptRequest, Route, TokenIds};
+pub use prompt::{BadRequest, PromptReader, PromptRequest, TokenIds};
 
 use crate::engine::{Engine, EngineConfig, Role, SeqRequest};
 use router_actors::WorkerLink;

@@ -4,22 +4,19 @@
 //! `messages`, `max_tokens`, `stream`) and turns the prompt into token ids; the worker reads
 //! its own fields (`cache_salt`, `kv_transfer_params`, the SGLang bootstrap fields) from the
 //! JSON object the reader hands back. For the worker's KV events to name the blocks the
-//! routers look requests up by, its reader must tokenize exactly as the routers do: the
-//! router node passes its frontend's tokenizer and chat rendering.
+//! routers look requests up by, its reader must tokenize exactly as the routers do: both
+//! read bodies with router-tokenizer, and a [`Prompter`] is a reader (give the worker the
+//! routers' prompter: their `[tokenizer]`).
 //!
 //! [`TokenIds`], the default, needs no tokenizer: it reads completions whose `prompt` is an
 //! array of token ids (or of token-id arrays, concatenated) and answers a 400 naming the
-//! field for text prompts and for chat, which need a real reader.
+//! field for text prompts and for chat, which need a real reader. Both read the body with
+//! router-tokenizer's one parser ([`RequestBody`]).
 
 use futures::future::BoxFuture;
+use router_core::Endpoint;
+use router_tokenizer::{PromptError, PromptInput, Prompter, RequestBody};
 use serde_json::{Map, Value};
-
-/// Which OpenAI route a request came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    Completions,
-    Chat,
-}
 
 /// A request as the worker needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,16 +39,22 @@ pub struct BadRequest(pub String);
 impl BadRequest {
     /// `field \`<field>\`: <why>`, the wording of the router frontend's 400s.
     pub fn field(field: &str, why: impl std::fmt::Display) -> Self {
-        Self(format!("field `{field}`: {why}"))
+        PromptError::field(field, why).into()
+    }
+}
+
+impl From<PromptError> for BadRequest {
+    fn from(e: PromptError) -> Self {
+        Self(e.to_string())
     }
 }
 
 /// Parses and tokenizes request bodies for the simulated worker.
 pub trait PromptReader: Send + Sync + std::fmt::Debug {
-    /// Parses `body`, a request on `route`, and tokenizes its prompt.
+    /// Parses `body`, a request on `endpoint`, and tokenizes its prompt.
     fn read<'a>(
         &'a self,
-        route: Route,
+        endpoint: Endpoint,
         body: &'a [u8],
     ) -> BoxFuture<'a, Result<PromptRequest, BadRequest>>;
 
@@ -68,82 +71,60 @@ pub struct TokenIds;
 impl PromptReader for TokenIds {
     fn read<'a>(
         &'a self,
-        route: Route,
+        endpoint: Endpoint,
         body: &'a [u8],
     ) -> BoxFuture<'a, Result<PromptRequest, BadRequest>> {
-        Box::pin(async move { read_token_ids(route, body) })
+        Box::pin(async move { read_token_ids(endpoint, body) })
     }
 }
 
-fn read_token_ids(route: Route, bytes: &[u8]) -> Result<PromptRequest, BadRequest> {
-    let body = match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(body)) => body,
-        Ok(_) => return Err(BadRequest::field("body", "must be a JSON object")),
-        Err(e) => return Err(BadRequest::field("body", format!("not valid JSON: {e}"))),
-    };
-    let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        Some(Value::String(_)) => return Err(BadRequest::field("model", "must not be empty")),
-        Some(_) => return Err(BadRequest::field("model", "must be a string")),
-        None => return Err(BadRequest::field("model", "is required")),
-    };
-    let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(BadRequest::field("stream", "must be a boolean")),
-    };
-    if route == Route::Chat {
-        return Err(BadRequest::field(
+fn read_token_ids(endpoint: Endpoint, bytes: &[u8]) -> Result<PromptRequest, BadRequest> {
+    let no_chat = |_: Option<&Value>| {
+        Err(PromptError::field(
             "messages",
             "this worker reads token-id prompts only; chat needs a reader with a tokenizer",
-        ));
-    }
-    let max_tokens = match body.get("max_tokens") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| BadRequest::field("max_tokens", "must be a non-negative integer"))?,
-        ),
+        ))
     };
-    let tokens = prompt_ids(body.get("prompt"))?;
+    let request = RequestBody::parse_with(endpoint, bytes, no_chat)?;
+    let PromptInput::Tokens(tokens) = request.prompt else {
+        return Err(BadRequest::field(
+            "prompt",
+            "must be an array of token ids or of token-id arrays \
+             (this worker has no tokenizer for text)",
+        ));
+    };
     Ok(PromptRequest {
-        model,
+        model: request.model,
         tokens,
-        max_tokens,
-        stream,
-        body,
+        max_tokens: request.max_tokens,
+        stream: request.stream,
+        body: request.body,
     })
 }
 
-/// `prompt` as token ids: an array of ids, or an array of id arrays (concatenated).
-fn prompt_ids(prompt: Option<&Value>) -> Result<Vec<u32>, BadRequest> {
-    const SHAPE: &str = "must be an array of token ids or of token-id arrays \
-                         (this worker has no tokenizer for text)";
-    let items = match prompt {
-        None => return Err(BadRequest::field("prompt", "is required")),
-        Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => {
-            return Err(BadRequest::field("prompt", "must not be an empty array"));
-        }
-        Some(_) => return Err(BadRequest::field("prompt", SHAPE)),
-    };
-    let id = |v: &Value| {
-        v.as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| BadRequest::field("prompt", SHAPE))
-    };
-    let mut ids = Vec::new();
-    for item in items {
-        match item {
-            Value::Array(inner) => {
-                for v in inner {
-                    ids.push(id(v)?);
-                }
-            }
-            v => ids.push(id(v)?),
-        }
+/// The routers' own reader: parse, render chat and tokenize with their [`Prompter`].
+impl PromptReader for Prompter {
+    fn read<'a>(
+        &'a self,
+        endpoint: Endpoint,
+        body: &'a [u8],
+    ) -> BoxFuture<'a, Result<PromptRequest, BadRequest>> {
+        Box::pin(async move {
+            let request = self.parse(endpoint, body)?;
+            let tokens = self.tokenize_for(endpoint, request.prompt).await;
+            Ok(PromptRequest {
+                model: request.model,
+                tokens,
+                max_tokens: request.max_tokens,
+                stream: request.stream,
+                body: request.body,
+            })
+        })
     }
-    Ok(ids)
+
+    fn warm(&self) -> BoxFuture<'static, ()> {
+        Box::pin(self.clone().warm())
+    }
 }
 
 #[cfg(test)]
@@ -151,14 +132,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(route: Route, body: Value) -> Result<PromptRequest, BadRequest> {
+    fn read(route: Endpoint, body: Value) -> Result<PromptRequest, BadRequest> {
         read_token_ids(route, body.to_string().as_bytes())
     }
 
     #[test]
     fn token_id_prompts_are_read_and_batches_concatenated() {
         let r = read(
-            Route::Completions,
+            Endpoint::Completions,
             json!({"model": "m", "prompt": [[1, 2], [3]], "max_tokens": 4, "stream": true}),
         )
         .expect("a valid body");
@@ -173,33 +154,33 @@ mod tests {
     fn text_chat_and_malformed_fields_are_400s_naming_the_field() {
         for (route, body, field) in [
             (
-                Route::Completions,
+                Endpoint::Completions,
                 json!({"model": "m", "prompt": "hi"}),
                 "prompt",
             ),
             (
-                Route::Completions,
+                Endpoint::Completions,
                 json!({"model": "m", "prompt": [-1]}),
                 "prompt",
             ),
             (
-                Route::Completions,
+                Endpoint::Completions,
                 json!({"model": "m", "prompt": []}),
                 "prompt",
             ),
-            (Route::Completions, json!({"prompt": [1]}), "model"),
+            (Endpoint::Completions, json!({"prompt": [1]}), "model"),
             (
-                Route::Completions,
+                Endpoint::Completions,
                 json!({"model": "m", "prompt": [1], "stream": 1}),
                 "stream",
             ),
             (
-                Route::Completions,
+                Endpoint::Completions,
                 json!({"model": "m", "prompt": [1], "max_tokens": -1}),
                 "max_tokens",
             ),
             (
-                Route::Chat,
+                Endpoint::Chat,
                 json!({"model": "m", "messages": []}),
                 "messages",
             ),
@@ -207,6 +188,6 @@ mod tests {
             let err = read(route, body.clone()).expect_err("a bad body");
             assert!(err.0.contains(&format!("`{field}`")), "{body}: {err}");
         }
-        assert!(read_token_ids(Route::Completions, b"{nope").is_err());
+        assert!(read_token_ids(Endpoint::Completions, b"{nope").is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! `cluster-faults`: issue #11's fault scenarios as a command with a report. For each
 //! scenario it starts a fresh fleet from the cluster harness (a real nats-server, N `serve`
-//! replicas, M simulated workers, HAProxy), runs `router-node bench` through HAProxy
+//! replicas, M simulated workers, HAProxy), runs `router-tools bench` through HAProxy
 //! (constant-rate synthetic load, every request recorded), injects the scenario's fault on a
 //! timeline and prints a report: requests sent / ok / failed / shed before, during and after
 //! the fault, the times to recover, the failed requests, every surviving replica's bookings,
@@ -27,7 +27,7 @@ use switchyard_system_tests::faults::{FaultOptions, Scenario, run};
 #[derive(Debug, Parser)]
 #[command(
     name = "cluster-faults",
-    about = "Issue #11's fault scenarios through N replicas behind HAProxy, load from router-node bench"
+    about = "Fault scenarios through N replicas behind HAProxy, load from router-tools bench"
 )]
 struct Args {
     /// nats-outage, replica-kill, worker-kill, rolling-restart, or all (one after the other,
@@ -40,7 +40,7 @@ struct Args {
     /// Simulated aggregated workers.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
     workers: u64,
-    /// Requests per second `router-node bench` sends through HAProxy.
+    /// Requests per second `router-tools bench` sends through HAProxy.
     #[arg(long, default_value_t = 40.0)]
     rate: f64,
     /// Prompt tokens of every request.

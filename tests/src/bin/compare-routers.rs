@@ -2,7 +2,7 @@
 //! turn it starts the same fresh simulated fleet, puts the router in front (HAProxy round
 //! robin, SGLang's gateway, vLLM's router, NVIDIA Dynamo with its own simulated engines,
 //! Switchyard with one replica and with three), replays one trace through it with
-//! `router-node bench` (text prompts, after a warm-up), stops everything, and prints one
+//! `router-tools bench` (text prompts, after a warm-up), stops everything, and prints one
 //! markdown table (a row per router: prefix hit %, TTFT p50/p99, ITL p99, end-to-end p99,
 //! shed, errors). `--out DIR` gets each router's bench JSON, table and plots, the table as
 //! `table.md`, `summary.json` and the combined TTFT CDF `ttft-cdf.svg`. `--repeat N` runs
@@ -221,7 +221,7 @@ fn write_repeated(
         })
         .collect();
     if let Some(chart) = table::ttft_plot(&pooled) {
-        let svg = router_node::bench::plots::render(&chart)?;
+        let svg = router_tools::bench::plots::render(&chart)?;
         write("ttft-cdf.svg", &svg)?;
     }
     Ok(())
@@ -244,7 +244,7 @@ fn write_results(
     let summary = table::summary(&opts.setup(), rows);
     write("summary.json", &format!("{summary:#}\n"))?;
     if let Some(chart) = table::ttft_plot(rows) {
-        let svg = router_node::bench::plots::render(&chart)?;
+        let svg = router_tools::bench::plots::render(&chart)?;
         write("ttft-cdf.svg", &svg)?;
     }
     Ok(())
@@ -260,9 +260,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = switchyard_system_tests::support::try_router_node_bin() {
-        eprintln!("compare-routers: {e}");
-        return ExitCode::from(2);
+    for binary in [
+        switchyard_system_tests::support::ROUTER_NODE,
+        switchyard_system_tests::support::ROUTER_TOOLS,
+    ] {
+        if let Err(e) = binary.try_path() {
+            eprintln!("compare-routers: {e}");
+            return ExitCode::from(2);
+        }
     }
     if let Err(e) = std::fs::create_dir_all(&opts.out) {
         eprintln!("compare-routers: cannot create {}: {e}", opts.out.display());

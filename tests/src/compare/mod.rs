@@ -1,6 +1,6 @@
 //! Issue #12's side-by-side comparison, shared by the `compare-routers` command and its CI
 //! smoke test: the same simulated fleet behind each router in turn, the same trace replayed
-//! through each by `router-node bench` (text prompts, after a warm-up), one table.
+//! through each by `router-tools bench` (text prompts, after a warm-up), one table.
 //!
 //! For every router the fleet is fresh (cold caches): `--workers` engines with one
 //! configuration (KV blocks, block size 16, speedup, batch limits) and one word-level
@@ -22,7 +22,7 @@ pub mod table;
 
 pub use table::{Outcome, Row};
 
-use crate::support::{router_node, workspace_root};
+use crate::support::{router_tools, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -210,7 +210,7 @@ pub async fn run_router(router: Router, opts: &CompareOptions) -> Outcome {
     }
 }
 
-/// `router-node bench` through `front`: the trace as text, its table in `<router>.txt`, its
+/// `router-tools bench` through `front`: the trace as text, its table in `<router>.txt`, its
 /// JSON (every request) in `json`, its plots in `<router>/`; progress on this stderr.
 async fn bench(
     front: &fronts::Front,
@@ -223,7 +223,7 @@ async fn bench(
     let stdout = std::fs::File::create(&table)
         .map_err(|e| format!("cannot write {}: {e}", table.display()))?;
     let plots = opts.out.join(name);
-    let mut command = router_node();
+    let mut command = router_tools();
     command
         .args(["bench", "--url", &front.url, "--trace"])
         .arg(&opts.trace)
@@ -249,17 +249,17 @@ async fn bench(
     let mut child = tokio::process::Command::from(command)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot run router-node bench: {e}"))?;
+        .map_err(|e| format!("cannot run router-tools bench: {e}"))?;
     let status = child
         .wait()
         .await
-        .map_err(|e| format!("router-node bench: {e}"))?;
+        .map_err(|e| format!("router-tools bench: {e}"))?;
     // Exit 0: the run finished (shed requests included); 1: every request failed.
     match status.code() {
         Some(0) => Ok(()),
         Some(1) if json.is_file() => Ok(()),
         _ => Err(format!(
-            "router-node bench exited {status} (its output: {})",
+            "router-tools bench exited {status} (its output: {})",
             table.display()
         )),
     }

@@ -3,8 +3,8 @@
 //! ([`ttft_plot`], drawn by bench's own chart code) and the summary JSON ([`summary`]).
 
 use super::Router;
-use router_node::bench::plots::{self, Chart, Series};
-use router_node::bench::{BenchReport, RecordOutcome};
+use router_tools::bench::plots::{self, Chart, Series};
+use router_tools::bench::{BenchReport, RecordOutcome};
 use serde_json::{Value, json};
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! Issue #11's fault scenarios, shared by the CI tests (`tests/tests/cluster_*.rs`) and the
 //! `cluster-faults` command: a fleet from the cluster harness (a real nats-server, N `serve`
-//! replicas, M simulated aggregated workers, HAProxy), load from `router-node bench` as a
+//! replicas, M simulated aggregated workers, HAProxy), load from `router-tools bench` as a
 //! separate process (constant-rate synthetic load through HAProxy, `--per-request`), the
 //! scenario's faults injected on a timeline (`inject.rs`), then every surviving replica's
 //! `/debug/state` and `/metrics` read, and the requests cut into phases by send time with the
@@ -113,7 +113,7 @@ impl FaultOptions {
 
     fn setup(&self, scenario: Scenario) -> String {
         let mut s = format!(
-            "{} replicas, {} simulated workers (speedup {}) behind HAProxy; router-node bench \
+            "{} replicas, {} simulated workers (speedup {}) behind HAProxy; router-tools bench \
              sends {} req/s ({} prompt tokens, {} output tokens)",
             self.replicas,
             self.workers,
@@ -237,7 +237,7 @@ pub async fn run(scenario: Scenario, opts: &FaultOptions) -> FaultReport {
     report
 }
 
-/// `router-node bench` through `url`: synthetic load until SIGTERM, every request recorded
+/// `router-tools bench` through `url`: synthetic load until SIGTERM, every request recorded
 /// in `json`. Returns once it has started sending.
 fn start_bench(url: &str, opts: &FaultOptions, json: &std::path::Path) -> Proc {
     let (rate, prompt, out) = (
@@ -246,7 +246,7 @@ fn start_bench(url: &str, opts: &FaultOptions, json: &std::path::Path) -> Proc {
         opts.max_tokens.to_string(),
     );
     let json = json.to_string_lossy().into_owned();
-    let mut bench = Proc::spawn(
+    let mut bench = Proc::spawn_tools(
         "bench",
         &[
             "bench",

@@ -1,4 +1,4 @@
-//! What a fault scenario measured: every request `router-node bench` sent (its `--per-request`
+//! What a fault scenario measured: every request `router-tools bench` sent (its `--per-request`
 //! records, read back from its JSON), cut into phases by send time (before / during / after
 //! the fault), what the timeline saw (recovery times, notes), each surviving replica's state
 //! at the end, and the scenario's promises, each kept or broken. [`FaultReport::render`]

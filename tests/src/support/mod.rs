@@ -1,18 +1,21 @@
-//! What the whole-system tests share: the `router-node` binary, scratch directories, one-shot
-//! runs of the binary, and long-running processes ([`process`]): a nats-server, router nodes
-//! and simulated workers, each on a port it picks itself; HAProxy ([`haproxy`]); the cluster
-//! harness that puts them together ([`cluster`]) and reads a running fleet ([`observe`]);
-//! Arize Phoenix, a real trace backend ([`phoenix`]).
+//! What the whole-system tests share: the `router-node` and `router-tools` binaries,
+//! scratch directories, one-shot runs of a binary, and long-running processes ([`process`]):
+//! a nats-server, router nodes and simulated workers, each on a port it picks itself; HAProxy
+//! ([`haproxy`]); the cluster harness that puts them together ([`cluster`]) and reads a
+//! running fleet ([`observe`]); Arize Phoenix, a real trace backend ([`phoenix`]).
 //!
-//! # Which `router-node` binary
+//! # Which binaries
 //!
-//! Cargo gives a test the path of a binary only from the binary's own package
-//! (`CARGO_BIN_EXE_<name>`), and a test must not run `cargo build` itself (the outer cargo may
-//! hold the build lock, and a build with other features would replace the binary under the
-//! other tests). So [`router_node_bin`] takes, in this order:
+//! The serving binary `router-node` (`serve`, `link`, `keys`, `print-config`) and the tools
+//! binary `router-tools` (`demo`, `worker --sim`, `bench`, `trace synth`). Cargo gives a test
+//! the path of a binary only from the binary's own package (`CARGO_BIN_EXE_<name>`), and a
+//! test must not run `cargo build` itself (the outer cargo may hold the build lock, and a
+//! build with other features would replace the binary under the other tests). So
+//! [`Binary::path`] takes, in this order:
 //!
-//! 1. `$SWITCHYARD_ROUTER_NODE_BIN`, when set (any build, e.g. a release binary);
-//! 2. `router-node` in the profile directory of this test executable
+//! 1. the binary's variable when set (`$SWITCHYARD_ROUTER_NODE_BIN`,
+//!    `$SWITCHYARD_ROUTER_TOOLS_BIN`; any build, e.g. a release binary);
+//! 2. the binary in the profile directory of this test executable
 //!    (`target/<profile>/deps/<test>` → `target/<profile>/router-node`; for a binary of this
 //!    crate, `target/<profile>/cluster-burst` → the same), which
 //!    `cargo test --workspace` (and so `scripts/test.sh`) builds before it runs any test.
@@ -43,8 +46,29 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
+/// One of the workspace's binaries under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binary {
+    /// The binary's (and its package's) name.
+    pub name: &'static str,
+    /// The variable that overrides where it is.
+    pub env: &'static str,
+}
+
+/// The serving binary: `serve`, `link`, `keys`, `print-config`.
+pub const ROUTER_NODE: Binary = Binary {
+    name: "router-node",
+    env: "SWITCHYARD_ROUTER_NODE_BIN",
+};
+
+/// The tools binary: `demo`, `worker --sim`, `bench`, `trace synth`.
+pub const ROUTER_TOOLS: Binary = Binary {
+    name: "router-tools",
+    env: "SWITCHYARD_ROUTER_TOOLS_BIN",
+};
+
 /// Overrides where the `router-node` binary is.
-pub const BIN_ENV: &str = "SWITCHYARD_ROUTER_NODE_BIN";
+pub const BIN_ENV: &str = ROUTER_NODE.env;
 
 /// Environment variables a node (or a worker) reads besides the rule's
 /// `SWITCHYARD_<SECTION>__<KEY>`: the config file's path, the older aliases and the standard
@@ -82,17 +106,58 @@ pub fn is_node_env(name: &str) -> bool {
             .is_some_and(|rest| rest.contains(separator))
 }
 
-/// The `router-node` binary under test (see the module doc). Panics with the fix when there
-/// is none or it is older than the sources.
-pub fn router_node_bin() -> &'static Path {
-    try_router_node_bin().unwrap_or_else(|message| panic!("{message}"))
+impl Binary {
+    /// The binary under test (see the module doc). Panics with the fix when there is none or
+    /// it is older than the sources.
+    pub fn path(self) -> &'static Path {
+        self.try_path()
+            .unwrap_or_else(|message| panic!("{message}"))
+    }
+
+    /// [`Binary::path`] without the panic: the binary, or what is wrong with it and the fix
+    /// (for a command to report before it starts anything).
+    pub fn try_path(self) -> Result<&'static Path, String> {
+        static NODE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        static TOOLS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        let cell = if self == ROUTER_TOOLS { &TOOLS } else { &NODE };
+        cell.get_or_init(|| locate(self))
+            .as_deref()
+            .map_err(Clone::clone)
+    }
+
+    /// A command running this binary with the node's environment variables removed.
+    pub fn command(self) -> Command {
+        let mut command = Command::new(self.path());
+        for (var, _) in std::env::vars_os() {
+            if var.to_str().is_some_and(is_node_env) {
+                command.env_remove(var);
+            }
+        }
+        command
+    }
+
+    /// Runs this binary with `args` to the end.
+    pub fn run(self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.path().display()))
+    }
 }
 
-/// [`router_node_bin`] without the panic: the binary, or what is wrong with it and the fix
-/// (for a command to report before it starts anything).
+/// The `router-node` binary under test ([`Binary::path`]).
+pub fn router_node_bin() -> &'static Path {
+    ROUTER_NODE.path()
+}
+
+/// The `router-tools` binary under test ([`Binary::path`]).
+pub fn router_tools_bin() -> &'static Path {
+    ROUTER_TOOLS.path()
+}
+
+/// [`router_node_bin`] without the panic.
 pub fn try_router_node_bin() -> Result<&'static Path, String> {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(locate).as_deref().map_err(Clone::clone)
+    ROUTER_NODE.try_path()
 }
 
 /// The workspace's root directory (this crate sits in `tests/`).
@@ -102,21 +167,22 @@ pub fn workspace_root() -> PathBuf {
 
 /// A `router-node` command with the node's environment variables removed.
 pub fn router_node() -> Command {
-    let mut command = Command::new(router_node_bin());
-    for (var, _) in std::env::vars_os() {
-        if var.to_str().is_some_and(is_node_env) {
-            command.env_remove(var);
-        }
-    }
-    command
+    ROUTER_NODE.command()
+}
+
+/// A `router-tools` command with the node's environment variables removed.
+pub fn router_tools() -> Command {
+    ROUTER_TOOLS.command()
 }
 
 /// Runs `router-node args...` to the end.
 pub fn run(args: &[&str]) -> Output {
-    router_node()
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", router_node_bin().display()))
+    ROUTER_NODE.run(args)
+}
+
+/// Runs `router-tools args...` to the end.
+pub fn run_tools(args: &[&str]) -> Output {
+    ROUTER_TOOLS.run(args)
 }
 
 /// A port nobody listens on right now (bound, then released: for programs that cannot bind
@@ -162,13 +228,14 @@ impl Drop for TempDir {
     }
 }
 
-fn locate() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os(BIN_ENV) {
+fn locate(binary: Binary) -> Result<PathBuf, String> {
+    let (name, env) = (binary.name, binary.env);
+    if let Some(path) = std::env::var_os(env) {
         let path = PathBuf::from(path);
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(format!("{BIN_ENV}={} is not a file", path.display()))
+            Err(format!("{env}={} is not a file", path.display()))
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this test: {e}"))?;
@@ -181,18 +248,18 @@ fn locate() -> Result<PathBuf, String> {
             _ => Some(dir),
         })
         .ok_or_else(|| format!("{} is not in target/<profile>/deps", exe.display()))?;
-    let bin = profile_dir.join(format!("router-node{}", std::env::consts::EXE_SUFFIX));
+    let bin = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     let fix = format!(
-        "build it with `cargo build -p router-node` (the profile of these tests: {}), run \
-         `cargo test --workspace`, or set {BIN_ENV}",
+        "build it with `cargo build -p {name}` (the profile of these tests: {}), run \
+         `cargo test --workspace`, or set {env}",
         profile_dir.display()
     );
     let built = std::fs::metadata(&bin)
         .and_then(|m| m.modified())
-        .map_err(|e| format!("no router-node binary at {} ({e}): {fix}", bin.display()))?;
-    if let Some(source) = newer_source(&bin, built) {
+        .map_err(|e| format!("no {name} binary at {} ({e}): {fix}", bin.display()))?;
+    if let Some(source) = newer_source(&bin, name, built) {
         return Err(format!(
-            "the router-node binary at {} is older than {}: {fix}",
+            "the {name} binary at {} is older than {}: {fix}",
             bin.display(),
             source.display()
         ));
@@ -201,11 +268,11 @@ fn locate() -> Result<PathBuf, String> {
 }
 
 /// A source file the binary was built from that changed since: Cargo's dep-info next to the
-/// binary (`router-node.d`, written by `cargo build`) lists every file of the workspace that
+/// binary (`<name>.d`, written by `cargo build`) lists every file of the workspace that
 /// went into it. No dep-info, or one about another binary (a copied target directory), no
 /// check.
-fn newer_source(bin: &Path, built: SystemTime) -> Option<PathBuf> {
-    let dep_info = std::fs::read_to_string(bin.with_file_name("router-node.d")).ok()?;
+fn newer_source(bin: &Path, name: &str, built: SystemTime) -> Option<PathBuf> {
+    let dep_info = std::fs::read_to_string(bin.with_file_name(format!("{name}.d"))).ok()?;
     let (target, sources) = dep_info.lines().next()?.split_once(": ")?;
     let same = |a: &Path, b: &Path| a.canonicalize().ok() == b.canonicalize().ok();
     if !same(Path::new(&target.replace("\\ ", " ")), bin) {

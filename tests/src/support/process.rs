@@ -6,7 +6,7 @@
 //! Their output is collected for the assertion messages; dropping one kills it,
 //! [`Proc::stop`] sends SIGTERM and waits for a clean exit.
 
-use super::{TempDir, router_node};
+use super::{Binary, ROUTER_NODE, ROUTER_TOOLS, TempDir};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,7 +47,22 @@ impl Proc {
 
     /// [`Self::spawn`] with environment variables set on the child (e.g. `OTEL_*`).
     pub fn spawn_with_env(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
-        let mut command = router_node();
+        Self::spawn_binary(ROUTER_NODE, name, args, env)
+    }
+
+    /// Spawns `router-tools args...` (`worker --sim`, `bench`, `demo`).
+    pub fn spawn_tools(name: &str, args: &[&str]) -> Self {
+        Self::spawn_binary(ROUTER_TOOLS, name, args, &[])
+    }
+
+    /// Spawns one of the workspace's binaries with `args`, and `env` set on the child.
+    pub fn spawn_binary(
+        binary: Binary,
+        name: &str,
+        args: &[&str],
+        env: &[(String, String)],
+    ) -> Self {
+        let mut command = binary.command();
         command.args(args);
         command.envs(env.iter().map(|(k, v)| (k, v)));
         Self::spawn_command(name, command)
@@ -419,7 +434,7 @@ impl RouterNode {
     }
 }
 
-/// A `router-node worker --sim` process.
+/// A `router-tools worker --sim` process.
 #[derive(Debug)]
 pub struct SimWorker {
     proc: Proc,
@@ -438,7 +453,7 @@ impl SimWorker {
     pub fn start_with_env(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let mut all = vec!["worker", "--sim", "--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let mut proc = Proc::spawn_with_env(name, &all, env);
+        let mut proc = Proc::spawn_binary(ROUTER_TOOLS, name, &all, env);
         let url = proc.wait_for(START_TIMEOUT, |line| {
             line.split_whitespace()
                 .find(|w| w.starts_with("http://"))

@@ -201,7 +201,7 @@ impl Stream for PrefillWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontend::openai::Endpoint;
+    use router_core::Endpoint;
 
     #[test]
     fn the_sglang_prefill_body_carries_the_bootstrap_fields_and_asks_for_one_token() {

@@ -3,7 +3,7 @@
 
 use super::prefill::{prefill_body, transfer_params};
 use super::*;
-use crate::frontend::openai::Endpoint;
+use router_core::Endpoint;
 use serde_json::json;
 
 #[test]

@@ -10,12 +10,13 @@ use super::kv_transfer::{
 use super::reply::{CancelGuard, Reply, collect_response, stream_response};
 use super::{Refusal, WorkerState, bad, engine_gone};
 use crate::engine::{Role, SubmitError};
-use crate::worker::prompt::{PromptRequest, Route};
+use crate::worker::prompt::PromptRequest;
 use crate::worker::{namespace, role_name, seq_request};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use router_core::Endpoint;
 use router_core::RequestId;
 use router_core::hashing::token_sequence_hashes;
 use serde_json::{Value, json};
@@ -27,7 +28,7 @@ pub(super) async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    generate(state, Route::Completions, &headers, body).await
+    generate(state, Endpoint::Completions, &headers, body).await
 }
 
 pub(super) async fn chat_completions(
@@ -35,19 +36,24 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    generate(state, Route::Chat, &headers, body).await
+    generate(state, Endpoint::Chat, &headers, body).await
 }
 
 /// One request under its `worker.generate` span (a child of the caller's trace context when
 /// the worker is configured to read it), which lasts until the answer ends: the response
 /// (its stream, when streaming) holds it.
-async fn generate(state: WorkerState, route: Route, headers: &HeaderMap, body: Bytes) -> Response {
+async fn generate(
+    state: WorkerState,
+    route: Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     let span = tracing::info_span!(
         "worker.generate",
         otel.kind = "server",
         worker = state.cfg.worker_id.0,
         role = role_name(state.cfg.role),
-        http.route = route_path(route),
+        http.route = route.path(),
         prompt_tokens = tracing::field::Empty,
         staged_prefix = tracing::field::Empty,
     );
@@ -63,16 +69,9 @@ async fn generate(state: WorkerState, route: Route, headers: &HeaderMap, body: B
     }
 }
 
-fn route_path(route: Route) -> &'static str {
-    match route {
-        Route::Completions => "/v1/completions",
-        Route::Chat => "/v1/chat/completions",
-    }
-}
-
 async fn try_generate(
     state: WorkerState,
-    route: Route,
+    route: Endpoint,
     body: Bytes,
     span: tracing::Span,
 ) -> Result<Response, Refusal> {
@@ -126,8 +125,8 @@ async fn try_generate(
         completion_id: format!(
             "{}-{}",
             match route {
-                Route::Completions => "cmpl",
-                Route::Chat => "chatcmpl",
+                Endpoint::Completions => "cmpl",
+                Endpoint::Chat => "chatcmpl",
             },
             id.0.simple()
         ),

@@ -4,12 +4,12 @@
 //! before the end (the client left) cancels the sequence.
 
 use super::super::engine_task::{Delivery, EngineHandle};
-use super::super::prompt::Route;
 use super::{TOKEN_TEXT, engine_gone};
 use axum::Json;
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use router_core::Endpoint;
 use router_core::RequestId;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ impl Drop for CancelGuard {
 
 /// Everything a response needs besides the tokens.
 pub(super) struct Reply {
-    pub(super) route: Route,
+    pub(super) route: Endpoint,
     pub(super) completion_id: String,
     pub(super) created: u64,
     pub(super) model: String,
@@ -47,9 +47,9 @@ pub(super) struct Reply {
 impl Reply {
     fn object(&self, stream: bool) -> &'static str {
         match (self.route, stream) {
-            (Route::Completions, _) => "text_completion",
-            (Route::Chat, true) => "chat.completion.chunk",
-            (Route::Chat, false) => "chat.completion",
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Chat, false) => "chat.completion",
         }
     }
 
@@ -105,8 +105,8 @@ impl Reply {
 
     fn token_choice(&self, first: bool) -> EventChoice {
         match self.route {
-            Route::Completions => EventChoice::text(TOKEN_TEXT, None),
-            Route::Chat => EventChoice::delta(
+            Endpoint::Completions => EventChoice::text(TOKEN_TEXT, None),
+            Endpoint::Chat => EventChoice::delta(
                 Delta {
                     role: first.then_some("assistant"),
                     content: Some(TOKEN_TEXT),
@@ -118,8 +118,8 @@ impl Reply {
 
     fn final_choice(&self) -> EventChoice {
         match self.route {
-            Route::Completions => EventChoice::text("", Some("length")),
-            Route::Chat => EventChoice::delta(
+            Endpoint::Completions => EventChoice::text("", Some("length")),
+            Endpoint::Chat => EventChoice::delta(
                 Delta {
                     role: None,
                     content: None,
@@ -132,10 +132,10 @@ impl Reply {
     fn full(&self, completion: u64, cached: u32) -> Value {
         let text = TOKEN_TEXT.repeat(usize::try_from(completion).unwrap_or(0));
         let choice = match self.route {
-            Route::Completions => {
+            Endpoint::Completions => {
                 json!({"index": 0, "text": text, "finish_reason": "length", "logprobs": null})
             }
-            Route::Chat => json!({"index": 0,
+            Endpoint::Chat => json!({"index": 0,
                 "message": {"role": "assistant", "content": text}, "finish_reason": "length"}),
         };
         let mut body = json!({

@@ -1,0 +1,127 @@
+//! Split-regex pre-tokenizers on `regex-automata`, with the pieces `onig` / fancy-regex give.
+//!
+//! The pre-tokenizer patterns of tiktoken and of GPT-2-, Llama-3- and Qwen-style HuggingFace
+//! tokenizers end in `\s+(?!\S)|\s+`, a look-ahead the `regex` crate's engine cannot run.
+//! A [`Splitter`] runs the rest of the pattern (the head) anchored at each piece's start on
+//! `regex-automata` and, where the head does not match, takes those two alternatives by hand,
+//! as a backtracking engine tries them in order: a whitespace run up to the end of the text
+//! is one piece; a longer run followed by more text gives back its last character (which then
+//! starts the next piece, e.g. a word's leading space); a single whitespace character is a
+//! piece. Where nothing matches (no character here, for the known patterns), the characters
+//! up to the next match are one piece, as a split that keeps its delimiters makes them.
+//!
+//! Only the patterns in [`KNOWN_PATTERNS`] are run this way: their character classes (`\s`,
+//! `\p{L}`, `\p{N}` and the letter categories) and case-insensitive contractions were compared
+//! with onig's on every code point (`hf_fast_tests.rs`); a pattern with other constructs
+//! (`\w`, anchors, multi-character case folds) might differ, so it keeps its own engine.
+
+use regex_automata::meta::Regex;
+use regex_automata::{Anchored, Input};
+
+/// The look-ahead tail every supported pattern ends with, taken by hand.
+pub(crate) const TAIL: &str = r"|\s+(?!\S)|\s+";
+
+/// Llama 3's split pattern (the same as tiktoken's `cl100k_base`).
+pub(crate) const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen 2's (digits one by one).
+pub(crate) const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// GPT-2's: the one `ByteLevel(use_regex = true)` runs.
+pub(crate) const GPT2: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// The patterns a [`Splitter`] is built for: the above and tiktoken's `o200k_base`.
+pub(crate) fn known_pattern(pattern: &str) -> bool {
+    [LLAMA3, QWEN2, GPT2, tiktoken_rs::O200K_BASE_PAT_STR].contains(&pattern)
+}
+
+/// A known split pattern on `regex-automata` (module docs).
+#[derive(Debug)]
+pub(crate) struct Splitter {
+    head: Regex,
+}
+
+impl Splitter {
+    /// `None` unless `pattern` is one of the known patterns and its head compiles.
+    pub(crate) fn new(pattern: &str) -> Option<Self> {
+        if !known_pattern(pattern) {
+            return None;
+        }
+        let head = pattern.strip_suffix(TAIL)?;
+        Some(Self {
+            head: Regex::new(head).ok()?,
+        })
+    }
+
+    /// Calls `each` with the pieces of `text` in order; they concatenate to `text`.
+    pub(crate) fn split<'t>(&self, text: &'t str, mut each: impl FnMut(&'t str)) {
+        let mut at = 0;
+        let mut gap: Option<usize> = None;
+        while at < text.len() {
+            match self.piece_end(text, at) {
+                Some(end) => {
+                    if let Some(start) = gap.take() {
+                        each(&text[start..at]);
+                    }
+                    each(&text[at..end]);
+                    at = end;
+                }
+                None => {
+                    gap.get_or_insert(at);
+                    at += text[at..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+        }
+        if let Some(start) = gap {
+            each(&text[start..]);
+        }
+    }
+
+    /// Where the piece starting at `at` ends, if one starts there.
+    fn piece_end(&self, text: &str, at: usize) -> Option<usize> {
+        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+        // The known heads never match empty text; should one, the tail is tried instead.
+        if let Some(half) = self.head.search_half(&input)
+            && half.offset() > at
+        {
+            return Some(half.offset());
+        }
+        let (mut last, mut end) = (None, 0);
+        for (i, c) in text[at..].char_indices() {
+            if !c.is_whitespace() {
+                break;
+            }
+            (last, end) = (Some(i), i + c.len_utf8());
+        }
+        let last = last?;
+        Some(match at + end == text.len() {
+            // `\s+(?!\S)` takes the whole run when nothing follows it.
+            true => at + end,
+            // Followed by more text: all but the last character when that leaves one (the
+            // look-ahead then sees whitespace), else `\s+` takes the one character.
+            false if last > 0 => at + last,
+            false => at + end,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces<'t>(splitter: &Splitter, text: &'t str) -> Vec<&'t str> {
+        let mut out = Vec::new();
+        splitter.split(text, |p| out.push(p));
+        out
+    }
+
+    #[test]
+    fn whitespace_before_a_word_gives_its_last_character_to_the_word() {
+        let s = Splitter::new(LLAMA3).expect("a known pattern");
+        assert_eq!(
+            pieces(&s, "Hi   there\t\t7 x  "),
+            vec!["Hi", "  ", " there", "\t", "\t", "7", " x", "  "]
+        );
+        assert_eq!(pieces(&s, "a\n\n  b"), vec!["a", "\n\n", " ", " b"]);
+        assert!(Splitter::new(r"\w+|\s+(?!\S)|\s+").is_none());
+    }
+}
