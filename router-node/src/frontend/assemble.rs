@@ -1,11 +1,12 @@
 //! A non-streaming client's answer: the worker's SSE chunks assembled into one OpenAI
 //! response body (the text deltas of all chunks concatenated into one choice; `id`, `model`,
 //! `created`, `system_fingerprint` of the first chunk that had them, the last `finish_reason`
-//! and `usage` kept as the worker wrote them). Chunks are read into a typed view of only the
-//! fields kept, borrowing from the line (a kept field is copied once), by [`SseAssembler`]
-//! (pure, bounded, fuzzed in `router-node/src/fuzz_tests.rs`); the body is written from a
-//! typed [`AssembledBody`]. The same one reading of each event tells the request's
-//! `RequestObserver` its content chunks and usage (`RequestObserver::parsed`).
+//! and `usage` kept as the worker wrote them). The stream is framed and its events read by
+//! the node's one SSE reader (`crate::sse`: [`SseFrames`], [`Chunk`], borrowing from the line,
+//! a kept field copied once) in [`SseAssembler`] (pure, bounded, fuzzed in
+//! `router-node/src/fuzz_tests.rs`); the body is written from a typed [`AssembledBody`]. The
+//! same one reading of each event tells the request's `RequestObserver` its content chunks
+//! and usage (`RequestObserver::parsed`).
 
 use super::error::{ApiError, Stage};
 use super::proxy::{Upstream, broken};
@@ -14,12 +15,12 @@ use axum::body::Bytes;
 use futures::stream::StreamExt;
 use router_core::Endpoint;
 use router_core::WorkerId;
-use serde::{Deserialize, Serialize};
+use crate::sse::{Chunk, Data, Flow, SseFrames};
+use serde::Serialize;
 use serde_json::value::RawValue;
-use std::borrow::Cow;
 
 /// Collects the worker's SSE stream (`first` chunk already read) into one OpenAI response
-/// body, telling `observer` of each chunk's content as it is read.
+/// body, telling `observer` of each event as it is read.
 pub(super) async fn assemble(
     endpoint: Endpoint,
     mut upstream: Upstream,
@@ -39,32 +40,23 @@ pub(super) async fn assemble(
                 None => break,
             },
         };
-        let content = reader.acc.content_chunks;
-        let done = reader.feed(&chunk);
-        let fresh = std::mem::take(&mut reader.acc.fresh_usage);
-        let usage = reader.acc.usage.as_deref().filter(|_| fresh);
-        observer.parsed(
-            reader.acc.content_chunks - content,
-            usage.map(RawValue::get),
-        );
-        if done? {
+        if reader.feed_observed(&chunk, Some(observer))? {
             break;
         }
     }
     reader.finish()
 }
 
-/// The worker's SSE bytes, fed as they arrive, read line by line into one body. Pure: the
-/// fuzz tests feed it arbitrary bytes cut anywhere. Each byte is scanned for a line end once;
-/// a line longer than `limit` (without its end yet) or assembled text longer than `limit` is
-/// `upstream_too_large`, so what it holds stays under `limit` plus one chunk.
+/// The worker's SSE bytes, fed as they arrive, framed by the node's one SSE reader
+/// (`crate::sse`) and read into one body. Pure: the fuzz tests feed it arbitrary bytes cut
+/// anywhere. A line longer than `limit` (without its end yet) or assembled text longer than
+/// `limit` is `upstream_too_large`, so what it holds stays under `limit` plus one chunk.
 pub(crate) struct SseAssembler {
     endpoint: Endpoint,
     limit: usize,
     worker: WorkerId,
+    frames: SseFrames,
     acc: Assembled,
-    /// The start of a line whose end has not arrived yet.
-    pending: Vec<u8>,
     done: bool,
 }
 
@@ -74,93 +66,68 @@ impl SseAssembler {
             endpoint,
             limit,
             worker,
+            frames: SseFrames::new(limit),
             acc: Assembled::default(),
-            pending: Vec::new(),
             done: false,
         }
     }
 
     /// Reads `chunk`; true once `data: [DONE]` was read (later bytes are not read).
+    #[cfg(test)]
     pub(crate) fn feed(&mut self, chunk: &[u8]) -> Result<bool, ApiError> {
+        self.feed_observed(chunk, None)
+    }
+
+    /// [`Self::feed`], telling `observer` of every event read.
+    fn feed_observed(
+        &mut self,
+        chunk: &[u8],
+        mut observer: Option<&mut RequestObserver>,
+    ) -> Result<bool, ApiError> {
         if self.done {
             return Ok(true);
         }
-        let mut rest = chunk;
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-            let (line, after) = rest.split_at(end + 1);
-            rest = after;
-            let done = if self.pending.is_empty() {
-                self.acc.line(self.endpoint, line, self.worker)?
-            } else {
-                self.pending.extend_from_slice(line);
-                let line = std::mem::take(&mut self.pending);
-                self.acc.line(self.endpoint, &line, self.worker)?
-            };
-            if done {
-                self.done = true;
-                return Ok(true);
-            }
+        let Self {
+            endpoint,
+            limit,
+            worker,
+            frames,
+            acc,
+            ..
+        } = self;
+        let flow = frames.feed(chunk, |data| {
+            acc.data(*endpoint, data, *limit, *worker, observer.as_deref_mut())
+        })?;
+        self.done = flow == Flow::Stop;
+        if self.acc.text.len() > self.limit {
+            return Err(too_large(self.worker, self.limit));
         }
-        self.pending.extend_from_slice(rest);
-        if self.pending.len() > self.limit || self.acc.text.len() > self.limit {
-            return Err(ApiError::upstream(
-                Stage::Upstream,
-                "upstream_too_large",
-                format!(
-                    "{}: the answer is larger than {} bytes",
-                    self.worker, self.limit
-                ),
-            ));
-        }
-        Ok(false)
+        Ok(self.done)
     }
 
     /// The assembled body (a last line without its end is read too).
     pub(crate) fn finish(mut self) -> Result<AssembledBody, ApiError> {
-        if !self.done && !self.pending.is_empty() {
-            let line = std::mem::take(&mut self.pending);
-            self.acc.line(self.endpoint, &line, self.worker)?;
+        if !self.done {
+            let Self {
+                endpoint,
+                limit,
+                worker,
+                frames,
+                acc,
+                ..
+            } = &mut self;
+            frames.finish(|data| acc.data(*endpoint, data, *limit, *worker, None))?;
         }
         Ok(self.acc.finish(self.endpoint))
     }
 }
 
-/// One streamed chunk, as much of it as the assembled body uses (`null` reads as absent),
-/// borrowed from its line.
-#[derive(Deserialize)]
-struct ChunkEvent<'a> {
-    #[serde(borrow)]
-    error: Option<&'a RawValue>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow)]
-    created: Option<&'a RawValue>,
-    #[serde(borrow)]
-    system_fingerprint: Option<&'a RawValue>,
-    #[serde(borrow)]
-    usage: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    choices: Vec<ChunkChoice<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ChunkChoice<'a> {
-    /// `/v1/completions`.
-    #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
-    /// `/v1/chat/completions`.
-    #[serde(borrow)]
-    delta: Option<ChunkDelta<'a>>,
-    #[serde(borrow)]
-    finish_reason: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ChunkDelta<'a> {
-    #[serde(borrow)]
-    content: Option<Cow<'a, str>>,
+fn too_large(worker: WorkerId, limit: usize) -> ApiError {
+    ApiError::upstream(
+        Stage::Upstream,
+        "upstream_too_large",
+        format!("{worker}: the answer is larger than {limit} bytes"),
+    )
 }
 
 /// The response body of a non-streaming client.
@@ -210,10 +177,6 @@ struct Assembled {
     system_fingerprint: Option<Box<RawValue>>,
     finish_reason: Option<Box<RawValue>>,
     usage: Option<Box<RawValue>>,
-    /// `usage` was read since the observer was last told.
-    fresh_usage: bool,
-    /// Events whose first choice carried text (what `crate::sse::SseReader` counts).
-    content_chunks: u64,
 }
 
 /// Keeps the first value a field had.
@@ -224,28 +187,23 @@ fn keep_first(kept: &mut Option<Box<RawValue>>, read: Option<&RawValue>) {
 }
 
 impl Assembled {
-    /// Takes one SSE line; true at `data: [DONE]`.
-    fn line(
+    /// Takes one payload; [`Flow::Stop`] at `data: [DONE]`.
+    fn data(
         &mut self,
         endpoint: Endpoint,
-        line: &[u8],
+        data: Data<'_>,
+        limit: usize,
         worker: WorkerId,
-    ) -> Result<bool, ApiError> {
-        // Valid UTF-8 (every engine's) is borrowed as it is; only a broken line is repaired.
-        let line = match std::str::from_utf8(line) {
-            Ok(line) => Cow::Borrowed(line),
-            Err(_) => String::from_utf8_lossy(line),
+        observer: Option<&mut RequestObserver>,
+    ) -> Result<Flow, ApiError> {
+        let json = match data {
+            Data::Done => return Ok(Flow::Stop),
+            Data::Overflow => return Err(too_large(worker, limit)),
+            Data::Json(json) => json,
         };
-        let Some(data) = line.trim_end().strip_prefix("data:") else {
-            return Ok(false);
-        };
-        let data = data.trim();
-        if data == "[DONE]" {
-            return Ok(true);
-        }
         // Typed: only the fields the assembled body needs are read; the rest is skipped.
-        let Ok(event) = serde_json::from_str::<ChunkEvent<'_>>(data) else {
-            return Ok(false);
+        let Some(event) = Chunk::parse(&json) else {
+            return Ok(Flow::Continue);
         };
         if let Some(error) = event.error {
             return Err(ApiError::upstream(
@@ -254,23 +212,20 @@ impl Assembled {
                 format!("{worker}: {error}"),
             ));
         }
+        if let Some(observer) = observer {
+            observer.parsed(&event);
+        }
         keep_first(&mut self.id, event.id);
         keep_first(&mut self.model, event.model);
         keep_first(&mut self.created, event.created);
         keep_first(&mut self.system_fingerprint, event.system_fingerprint);
         if let Some(usage) = event.usage {
             self.usage = Some(usage.to_owned());
-            self.fresh_usage = true;
         }
         if let Some(choice) = event.choices.into_iter().next() {
-            let text = choice.text.as_deref();
-            let content = choice.delta.as_ref().and_then(|d| d.content.as_deref());
-            if text.or(content).is_some_and(|t| !t.is_empty()) {
-                self.content_chunks += 1;
-            }
             let delta = match endpoint {
-                Endpoint::Completions => text,
-                Endpoint::Chat => content,
+                Endpoint::Completions => choice.text.as_deref(),
+                Endpoint::Chat => choice.delta.as_ref().and_then(|d| d.content.as_deref()),
             };
             if let Some(s) = delta {
                 self.text.push_str(s);
@@ -279,7 +234,7 @@ impl Assembled {
                 self.finish_reason = Some(reason.to_owned());
             }
         }
-        Ok(false)
+        Ok(Flow::Continue)
     }
 
     fn finish(self, endpoint: Endpoint) -> AssembledBody {
@@ -323,13 +278,13 @@ mod tests {
     use serde_json::Value;
 
     fn assemble(endpoint: Endpoint, lines: &[&str]) -> Result<Value, ApiError> {
-        let mut acc = Assembled::default();
+        let mut reader = SseAssembler::new(endpoint, 1 << 20, WorkerId(1));
         for line in lines {
-            if acc.line(endpoint, line.as_bytes(), WorkerId(1))? {
+            if reader.feed(format!("{line}\n").as_bytes())? {
                 break;
             }
         }
-        Ok(serde_json::to_value(acc.finish(endpoint)).expect("a JSON body"))
+        Ok(serde_json::to_value(reader.finish()?).expect("a JSON body"))
     }
 
     #[test]

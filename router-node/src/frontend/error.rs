@@ -39,13 +39,33 @@ pub struct ApiError {
     pub status: StatusCode,
     pub kind: &'static str,
     pub message: String,
-    pub class: Option<String>,
+    /// The request's class, when known (boxed: the error stays small).
+    pub class: Option<Box<str>>,
     pub stage: Stage,
     pub reason: &'static str,
-    /// The classifier rule that decided, when one did.
-    pub rule: Option<String>,
+    /// The classifier rule that decided, when one did (boxed: the error stays small).
+    pub rule: Option<Box<str>>,
     /// `Retry-After` of a 429, in seconds (1 unless set; u32 keeps the error small).
     pub retry_after: Option<u32>,
+    /// Set when the leg never reached its worker: what a retry elsewhere decides on.
+    pub unreached: Option<Unreached>,
+}
+
+/// A leg that never reached its worker: nothing was sent, so the request may be placed once
+/// more elsewhere (`frontend/placement.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreached {
+    pub worker: router_core::WorkerId,
+    pub cause: UnreachedCause,
+}
+
+/// Why a leg never reached its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnreachedCause {
+    /// The connection was refused or failed: the worker's breaker counts it.
+    Refused,
+    /// The worker left the fleet between the admission and the send: not its failure.
+    Gone,
 }
 
 #[derive(Serialize)]
@@ -76,6 +96,7 @@ impl ApiError {
             reason,
             rule: None,
             retry_after: None,
+            unreached: None,
         }
     }
 
@@ -85,7 +106,7 @@ impl ApiError {
     }
 
     pub fn class(mut self, class: Option<String>) -> Self {
-        self.class = class;
+        self.class = class.map(String::into_boxed_str);
         self
     }
 
@@ -229,7 +250,7 @@ impl ApiError {
             _ => "permission_error",
         };
         let mut err = Self::new(status, kind, Stage::Request, "refused_by_rule").message(message);
-        err.rule = Some(rule);
+        err.rule = Some(rule.into_boxed_str());
         err
     }
 
@@ -252,7 +273,7 @@ impl ApiError {
         )
         .message(message)
         .class(Some(class));
-        err.rule = rule;
+        err.rule = rule.map(String::into_boxed_str);
         err
     }
 
@@ -386,23 +407,35 @@ impl ApiError {
         .message("the router is unavailable")
     }
 
-    /// The reason of [`Self::no_endpoint`].
-    pub const NO_ENDPOINT: &'static str = "no_endpoint";
-
     /// The admitted worker left the fleet before its leg was sent (nothing reached it).
     pub fn no_endpoint(worker: router_core::WorkerId) -> Self {
-        Self::new(
+        let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "service_unavailable",
             Stage::Dispatch,
-            Self::NO_ENDPOINT,
+            "no_endpoint",
         )
-        .message(format!("no endpoint known for {worker}"))
+        .message(format!("no endpoint known for {worker}"));
+        e.unreached = Some(Unreached {
+            worker,
+            cause: UnreachedCause::Gone,
+        });
+        e
     }
 
     /// The worker failed (connect error, bad status, broken stream, oversized answer).
     pub fn upstream(stage: Stage, reason: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, "upstream_error", stage, reason).message(message)
+    }
+
+    /// The connection to `worker` was refused or failed: nothing reached it.
+    pub fn refused(worker: router_core::WorkerId, reason: &'static str, message: String) -> Self {
+        let mut e = Self::upstream(Stage::Dispatch, reason, message);
+        e.unreached = Some(Unreached {
+            worker,
+            cause: UnreachedCause::Refused,
+        });
+        e
     }
 
     pub fn internal(reason: &'static str, message: impl Into<String>) -> Self {

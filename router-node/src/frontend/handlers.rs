@@ -20,7 +20,8 @@ use super::classify::classify;
 use super::error::ApiError;
 use super::limits::Deadline;
 use super::openai::ParsedRequest;
-use super::proxy::{BookingGuard, Target, UPSTREAM_CONNECT, forward, never_reached};
+use super::placement::{self, Placements};
+use super::proxy::{BookingGuard, Target, forward, never_reached};
 use super::{AppState, Limits};
 use crate::auth::ApiKey;
 use crate::metrics::{RequestObserver, RequestOutcome};
@@ -31,7 +32,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::Endpoint;
-use router_core::{Phase, RequestId, WorkerId};
+use router_core::{Phase, RequestId};
 use router_tokenizer::PromptInput;
 use serde_json::json;
 use std::sync::Arc;
@@ -272,12 +273,11 @@ async fn admit_and_forward(
         return Box::pin(super::disagg::admit_and_forward(state, decode, d, observer)).await;
     }
     // A worker that refuses the connection (or left the fleet since its admission) gets the
-    // request placed once more, elsewhere; nothing reached the client yet. Ejected workers are avoided from the start.
-    let mut avoid = state.breaker.ejected();
+    // request placed once more, elsewhere (`placement.rs`, as every leg of every path);
+    // nothing reached the client yet. Ejected workers are avoided from the start.
+    let mut placements = Placements::new(state);
     let mut permit = Some(permit);
-    let mut attempt = 0;
     loop {
-        attempt += 1;
         let id = RequestId(uuid::Uuid::now_v7());
         let mut route = route_request(
             state,
@@ -287,43 +287,23 @@ async fn admit_and_forward(
             tokens.clone(),
             request.max_tokens,
         );
-        if !avoid.is_empty()
-            && let Some(known) = state.directory.workers()
-        {
-            let allowed: Vec<WorkerId> = known.into_iter().filter(|w| !avoid.contains(w)).collect();
-            // With every worker out, place anywhere rather than nowhere.
-            if !allowed.is_empty() {
-                route.eligibility.allowed_workers = Some(allowed);
-            }
-        }
+        placements.narrow(state, &mut route);
         let admission = admit(state, &state.router, class, route).await?;
         observer.admitted(tokens.len() as u64, admission.prefix);
         let worker = admission.rank.worker;
         // No await between the admission and the guard: a dropped handler never leaks a booking.
-        let mut guard = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
-        if let Some(permit) = permit.take() {
-            guard = guard.with_permit(permit);
-        }
+        let Some(held) = placement::permit(state, &mut permit) else {
+            return Err(ApiError::saturated(state.limits.max_concurrent_requests));
+        };
+        let guard =
+            BookingGuard::new(state.router.clone(), id, state.metrics.clone()).with_permit(held);
         let target = Target {
             worker,
             pool: "aggregated",
         };
         match forward(state, &request, target, headers, guard, observer).await {
-            Err(e) if never_reached(&e) => {
-                // A worker gone from the directory is not one that failed.
-                if e.reason == UPSTREAM_CONNECT {
-                    state.breaker.failed(worker);
-                }
-                // The failed attempt's guard returned the permit: take one again to retry.
-                let again = state.permits.clone().try_acquire_owned().ok();
-                if attempt >= MAX_ATTEMPTS || again.is_none() {
-                    return Err(e);
-                }
-                tracing::info!(%worker, reason = e.reason, "the request did not reach its worker: placing it elsewhere");
-                state.metrics.retried(&class.name);
-                permit = again;
-                avoid.push(worker);
-            }
+            // The failed attempt's guard gave the permit back: the next one takes it again.
+            Err(e) if never_reached(&e) => placements.refused(state, class, "aggregated", e)?,
             answer => {
                 if answer.is_ok() {
                     state.breaker.reached(worker);
@@ -333,10 +313,6 @@ async fn admit_and_forward(
         }
     }
 }
-
-/// Placements of one aggregated request: the first, and one more when its worker refused
-/// the connection or was gone by the time it was sent.
-const MAX_ATTEMPTS: u32 = 2;
 
 /// The request body, at most `limits.max_body_bytes` (checked against `Content-Length`
 /// first, then while reading), all of it within `limits.body_read_timeout` (else a 408,

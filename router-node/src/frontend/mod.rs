@@ -43,6 +43,7 @@ mod error;
 mod handlers;
 mod limits;
 mod openai;
+mod placement;
 mod proxy;
 mod server;
 mod timer;

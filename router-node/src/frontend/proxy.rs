@@ -94,7 +94,7 @@ pub(super) const UPSTREAM_CONNECT: &str = "upstream_connect";
 /// elsewhere: the worker refused the connection, or it left the fleet between its admission
 /// and the dispatch (the directory no longer has its endpoint).
 pub(super) fn never_reached(e: &ApiError) -> bool {
-    e.reason == UPSTREAM_CONNECT || e.reason == ApiError::NO_ENDPOINT
+    e.unreached.is_some()
 }
 
 /// The `type` of errors a worker caused (`ApiError::upstream`): counted against it.
@@ -218,12 +218,12 @@ async fn forward_leg(
     )?;
     let response = call.send().await.map_err(|e| {
         // Only a refused or failed connection is known not to have reached the worker.
-        let reason = if e.is_connect() {
-            UPSTREAM_CONNECT
+        let message = format!("{worker}: {e}");
+        if e.is_connect() {
+            ApiError::refused(worker, UPSTREAM_CONNECT, message)
         } else {
-            "upstream_send"
-        };
-        ApiError::upstream(Stage::Dispatch, reason, format!("{worker}: {e}"))
+            ApiError::upstream(Stage::Dispatch, "upstream_send", message)
+        }
     })?;
     let status = response.status();
     if !status.is_success() {

@@ -18,7 +18,7 @@
 
 use super::Metrics;
 use super::class_series::ClassSeries;
-use crate::sse::SseReader;
+use crate::sse::{Chunk, SseReader};
 use router_core::PrefixHit;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -130,13 +130,13 @@ impl RequestObserver {
         self.content(content);
     }
 
-    /// Bytes of the worker's stream that the caller read into events itself: `content`
-    /// content chunks among them, and the `usage` object (JSON) of the last event that had
-    /// one. Records as [`Self::chunk`] would have.
-    pub fn parsed(&mut self, content: u64, usage: Option<&str>) {
+    /// One event of the worker's stream that the caller read itself (the non-streaming
+    /// assembler). Records as [`Self::chunk`] would have.
+    pub fn parsed(&mut self, chunk: &Chunk<'_>) {
         self.streamed = true;
-        self.sse.parsed(content, usage);
-        self.content(content);
+        let before = self.sse.content_chunks;
+        self.sse.chunk(chunk);
+        self.content(self.sse.content_chunks - before);
     }
 
     /// `content` content chunks read now: time to first token, then the gaps.

@@ -26,7 +26,7 @@
 //! the client's request and is passed on, as on the aggregated path).
 //!
 //! A leg whose worker refused the connection (nothing reached it) is placed once more on
-//! another worker of its pool, as on the aggregated path (`retry.rs`): a refused prefill leg
+//! another worker of its pool, as on the aggregated path (`frontend/placement.rs`): a refused prefill leg
 //! drops its [`PrefillHold`] and goes through the gate again with that worker left out; a
 //! refused decode leg is booked again under a new id on another decode worker and sent there
 //! with the same `kv_transfer_params` (the first decode worker never pulled the KV). Each
@@ -63,7 +63,6 @@
 //!    sent, and both legs are placed again with that prefill worker left out.
 
 mod prefill;
-mod retry;
 mod sglang;
 
 use prefill::prefill_leg;
@@ -77,7 +76,7 @@ use super::proxy::{BookingGuard, Target, forward, never_reached};
 use crate::metrics::RequestObserver;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use retry::{PREFILL_CONNECT, Placements};
+use super::placement::{self, Placements};
 use router_actors::RouterHandle;
 use router_core::{Phase, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
@@ -142,7 +141,7 @@ impl Drop for PrefillHold {
 }
 
 /// Runs both legs of one request and answers the client. A prefill leg whose worker refused
-/// the connection is placed once more on another prefill worker (`retry.rs`); so is a decode
+/// the connection is placed once more on another prefill worker (`frontend/placement.rs`); so is a decode
 /// leg on another decode worker ([`send_decode`]).
 pub(super) async fn admit_and_forward(
     state: &AppState,
@@ -214,14 +213,10 @@ pub(super) async fn admit_and_forward(
         match answer {
             // Refused, or gone from the directory since its admission (the prefill worker
             // itself: a decode leg's missing endpoint is the decode side's to handle).
-            Err(e)
-                if e.reason == PREFILL_CONNECT
-                    || (e.reason == ApiError::NO_ENDPOINT
-                        && state.directory.endpoint(worker).is_none()) =>
-            {
+            Err(e) if e.unreached.is_some_and(|u| u.worker == worker) => {
                 // The hold (or the SGLang legs) went with the attempt: both bookings and the
                 // reservation are released.
-                placements.refused(state, class, worker, "prefill", e.clone())?;
+                placements.refused(state, class, "prefill", e.clone())?;
                 refusal = Some(e);
             }
             answer => return answer,
@@ -279,14 +274,14 @@ async fn send_decode(
 ) -> Result<Response, ApiError> {
     let (mut id, mut worker) = first;
     loop {
-        let Some(held) = retry::permit(state, permit) else {
+        let Some(held) = placement::permit(state, permit) else {
             return Err(ApiError::saturated(state.limits.max_concurrent_requests));
         };
         let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(held);
         let target = decode_target(worker);
         match forward(state, request, target, legs.headers, guard, observer).await {
             Err(e) if never_reached(&e) => {
-                placements.refused(state, legs.class, worker, "decode", e.clone())?;
+                placements.refused(state, legs.class, "decode", e.clone())?;
                 id = RequestId(uuid::Uuid::now_v7());
                 let mut route = legs.route(state, id, Phase::Decode { staged: true });
                 placements.narrow(state, &mut route);

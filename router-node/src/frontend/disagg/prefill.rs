@@ -5,7 +5,6 @@
 //! body, the span and the call.
 
 use super::KV_TRANSFER;
-use super::retry::PREFILL_CONNECT;
 use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
@@ -132,12 +131,12 @@ async fn read_prefill(
 ) -> Result<Vec<u8>, ApiError> {
     let response = call.send().await.map_err(|e| {
         // Only a refused or failed connection is known not to have reached the worker.
-        let reason = if e.is_connect() {
-            PREFILL_CONNECT
+        let message = format!("prefill {worker}: {e}");
+        if e.is_connect() {
+            ApiError::refused(worker, "prefill_connect", message)
         } else {
-            "prefill_send"
-        };
-        ApiError::upstream(Stage::Dispatch, reason, format!("prefill {worker}: {e}"))
+            ApiError::upstream(Stage::Dispatch, "prefill_send", message)
+        }
     })?;
     let status = response.status();
     if !status.is_success() {

@@ -4,7 +4,7 @@
 //!
 //! [`DisaggConvention::Sglang`]: super::DisaggConvention::Sglang
 
-use super::retry::Placements;
+use crate::frontend::placement::Placements;
 use super::{
     Legs, PrefillHold, one_token_body, prefill_answer, prefill_call, prefill_span, send_decode,
 };

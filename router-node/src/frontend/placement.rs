@@ -1,24 +1,22 @@
-//! Placing a leg of a disaggregated request once more when its worker refused the
-//! connection, as the aggregated path does: the failed placement's booking is released by
-//! its guard or hold, the refusal counts against the worker in the breaker
-//! (`frontend/breaker.rs`: a worker that keeps refusing is ejected for a while), and the leg
-//! is routed again on its pool with the refusing and the ejected workers left out.
+//! Placing a leg once more when it never reached its worker, the one retry mechanism of every
+//! path (an aggregated request, a disaggregated request's prefill and decode legs): the failed
+//! placement's booking is released by its guard or hold, a refused connection counts against
+//! the worker in the breaker (`frontend/breaker.rs`: a worker that keeps refusing is ejected
+//! for a while; one that left the fleet is not its failure), and the leg is routed again on
+//! its pool with the refusing and the ejected workers left out. The decision reads the
+//! error's typed [`Unreached`], never its reason string.
 //!
 //! [`Placements`] keeps one leg's tries: the workers to leave out and how many placements
 //! were made. A leg gets [`MAX_PLACEMENTS`]: the first and one more.
 
-use crate::frontend::AppState;
-use crate::frontend::admit::Class;
-use crate::frontend::error::ApiError;
+use super::AppState;
+use super::admit::Class;
+use super::error::{ApiError, Unreached, UnreachedCause};
 use router_core::{RouteRequest, WorkerId};
 use tokio::sync::OwnedSemaphorePermit;
 
-/// Placements of one leg: the first, and one more when its worker refused the connection.
+/// Placements of one leg: the first, and one more when it never reached its worker.
 pub(super) const MAX_PLACEMENTS: u32 = 2;
-
-/// The error reason of a prefill leg whose connection to its worker failed (nothing reached
-/// the worker).
-pub(super) const PREFILL_CONNECT: &str = "prefill_connect";
 
 /// One leg's placements so far.
 #[derive(Debug)]
@@ -56,19 +54,21 @@ impl Placements {
         }
     }
 
-    /// This leg never reached `worker` (`error`: it refused the connection, which the
-    /// breaker counts, or it left the fleet since the leg's admission): `Ok` when the leg may
-    /// be placed once more (counted in `switchyard_http_retries_total`), else the error to
-    /// answer.
+    /// This leg never reached its worker (`error`, whose [`Unreached`] says which worker and
+    /// why: it refused the connection, which the breaker counts, or it left the fleet since
+    /// the leg's admission): `Ok` when the leg may be placed once more (counted in
+    /// `switchyard_http_retries_total`), else the error to answer.
     pub(super) fn refused(
         &mut self,
         state: &AppState,
         class: &Class,
-        worker: WorkerId,
         pool: &'static str,
         error: ApiError,
     ) -> Result<(), ApiError> {
-        if error.reason != ApiError::NO_ENDPOINT {
+        let Some(Unreached { worker, cause }) = error.unreached else {
+            return Err(error);
+        };
+        if cause == UnreachedCause::Refused {
             state.breaker.failed(worker);
         }
         if self.placed >= MAX_PLACEMENTS {
