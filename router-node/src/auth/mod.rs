@@ -25,7 +25,7 @@ mod secret;
 
 pub use keys::{ApiKey, KeyEntry, KeySet, KeySummary, KeysError, NO_KEY, ValidEntry};
 pub use limits::{KeyLimits, LimitSpec, RateSpec, TokensRefused, retry_after_secs};
-pub use reload::{MAX_KEYS_FILE_BYTES, attach, read_keys_file, spawn_reloader};
+pub use reload::{MAX_KEYS_FILE_BYTES, read_keys_file, spawn_reloader};
 pub use secret::{
     KEY_PREFIX, KeyDigest, MIN_KEY_CHARS, generate_key, hash_input, hash_key, new_key,
     parse_digest, read_key, to_hex,

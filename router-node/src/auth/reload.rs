@@ -6,9 +6,7 @@
 //! use.
 
 use super::{KeyStore, KeysError, Reload};
-use crate::frontend::AppState;
 use crate::metrics::Metrics;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,37 +40,6 @@ pub fn read_keys_file(path: &Path) -> Result<String, KeysError> {
         )));
     }
     std::fs::read_to_string(path).map_err(|e| file(format!("cannot read it: {e}")))
-}
-
-/// `state` with the API keys of `keys` required, and the task reloading them (`every`: the
-/// change poll); without keys, `state` as it is, open, with a warning saying so.
-pub fn attach(
-    state: AppState,
-    keys: Option<KeyStore>,
-    every: Option<Duration>,
-    listen: SocketAddr,
-) -> (AppState, Option<JoinHandle<()>>) {
-    let Some(keys) = keys.map(Arc::new) else {
-        tracing::warn!(
-            %listen,
-            "auth.keys_file is not set: anyone who can reach the listener may use the OpenAI \
-             API under every policy class; set [auth] keys_file (SECURITY.md)"
-        );
-        return (state, None);
-    };
-    tracing::info!(
-        keys_file = %keys.path().display(),
-        keys = keys.keys().len(),
-        "API keys required on the OpenAI API",
-    );
-    if keys.keys().is_empty() {
-        tracing::warn!(
-            keys_file = %keys.path().display(),
-            "the keys file has no keys: every OpenAI request is refused until one is added"
-        );
-    }
-    let reloader = spawn_reloader(Arc::clone(&keys), Arc::clone(&state.metrics), every);
-    (state.with_auth(keys), Some(reloader))
 }
 
 /// Reloads `store` at every SIGHUP and, with `every`, whenever the file's text changes;

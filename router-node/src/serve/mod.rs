@@ -194,7 +194,7 @@ async fn serve_node(
     let local = listeners.public.local_addr().map_err(ServeError::Http)?;
     let admin_local = listeners.admin.local_addr().map_err(ServeError::Http)?;
     let keys = config.auth.key_store(Arc::clone(&state.profile))?;
-    let (state, reloader) = crate::auth::attach(state, keys, config.auth.reload_interval(), local);
+    let (state, reloader) = parts::attach_keys(state, keys, config.auth.reload_interval(), local);
     tracing::info!(
         listen = %local,
         admin = %admin_local,

@@ -1,10 +1,12 @@
 //! What a serving node is assembled from, besides its frontend: the bus it connects to
 //! ([`connect_bus`]), the worker registry as the frontend's directory of worker endpoints,
-//! one engine link per `[[engines]]` entry, and its two bound listeners ([`Listeners`]).
+//! one engine link per `[[engines]]` entry, its two bound listeners ([`Listeners`]), and the
+//! API keys attached to the frontend with their reloader ([`attach_keys`]).
 
 use super::ServeError;
+use crate::auth::KeyStore;
 use crate::config::{BusKind, Config};
-use crate::frontend::WorkerDirectory;
+use crate::frontend::{AppState, WorkerDirectory};
 use router_actors::bus::nats::NatsBus;
 use router_actors::bus::nats_security::NatsConnectError;
 use router_actors::bus::{Bus, local::LocalBus};
@@ -12,8 +14,11 @@ use router_actors::supervisor::ActorSlot;
 use router_actors::{Node, RegistryHandle};
 use router_core::WorkerId;
 use router_engine::{EngineLinkArgs, EngineLinkHandle, engine_link_child};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 /// The worker registry is the frontend's directory of worker endpoints.
 #[derive(Debug, Clone)]
@@ -126,4 +131,36 @@ pub(super) fn engine_links(
             EngineLinkHandle::from_slot(slot).with_call_timeout(node.call_timeout)
         })
         .collect()
+}
+
+/// `state` with the API keys of `keys` required, and the task reloading them (`every`: the
+/// change poll); without keys, `state` as it is, open, with a warning saying so.
+pub(super) fn attach_keys(
+    state: AppState,
+    keys: Option<KeyStore>,
+    every: Option<Duration>,
+    listen: SocketAddr,
+) -> (AppState, Option<JoinHandle<()>>) {
+    let Some(keys) = keys.map(Arc::new) else {
+        tracing::warn!(
+            %listen,
+            "auth.keys_file is not set: anyone who can reach the listener may use the OpenAI \
+             API under every policy class; set [auth] keys_file (SECURITY.md)"
+        );
+        return (state, None);
+    };
+    tracing::info!(
+        keys_file = %keys.path().display(),
+        keys = keys.keys().len(),
+        "API keys required on the OpenAI API",
+    );
+    if keys.keys().is_empty() {
+        tracing::warn!(
+            keys_file = %keys.path().display(),
+            "the keys file has no keys: every OpenAI request is refused until one is added"
+        );
+    }
+    let reloader =
+        crate::auth::spawn_reloader(Arc::clone(&keys), Arc::clone(&state.metrics), every);
+    (state.with_auth(keys), Some(reloader))
 }

@@ -19,10 +19,11 @@
 
 pub mod otel;
 pub mod propagation;
+mod settings;
 
 pub use otel::{OtelEnvError, SamplerChoice, TraceExport};
+pub use settings::{LogFormat, OtlpProtocol, TelemetrySection};
 
-use crate::config::{LogFormat, OtlpProtocol, TelemetrySection};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;

@@ -39,9 +39,11 @@ use tokio::time::Instant;
 
 pub use classes::ClassChoice;
 pub use plots::PlotTarget;
-pub use prompt::{Api, PromptFormat};
+pub use prompt::PromptFormat;
 pub use record::{Finished, RecordOutcome, RequestRecord};
 pub use report::{BenchReport, ClassStats};
+/// Which OpenAI API the requests use: router-core's one enum of routes.
+pub use router_core::Endpoint as Api;
 pub use trace::{Trace, TraceRecord, prompt_tokens};
 pub use workload::{Synthetic, Workload};
 
@@ -200,13 +202,16 @@ fn check(opts: &BenchOptions) -> Result<&str, BenchError> {
 /// Sends `opts.warmup` short requests one after another (prompts private to the warm-up,
 /// no class header, one output token); how many came back ok.
 async fn warm_up(opts: &BenchOptions, client: &reqwest::Client, url: &str) -> u32 {
-    let format = opts.api.format(opts.prompt_format);
+    let format = prompt::format(opts.api, opts.prompt_format);
     let mut ok = 0;
     for i in 0..opts.warmup {
         let keys = workload::synthetic_keys(opts.seed ^ WARMUP_SEED, u64::from(i), 16);
-        let body = opts
-            .api
-            .body(&opts.model, prompt::Prompt::of_keys(&keys, format), 1);
+        let body = prompt::body(
+            opts.api,
+            &opts.model,
+            prompt::Prompt::of_keys(&keys, format),
+            1,
+        );
         let outcome = loadgen::send_streaming(client, url, None, &body).await;
         ok += u32::from(record::bucket(&outcome).0 == RecordOutcome::Ok);
     }
@@ -267,9 +272,7 @@ pub async fn run_until(
         }
         let class = classes.next_class();
         let (client, url, live) = (client.clone(), url.clone(), live.clone());
-        let body = opts
-            .api
-            .body(&opts.model, arrival.prompt, arrival.max_tokens);
+        let body = prompt::body(opts.api, &opts.model, arrival.prompt, arrival.max_tokens);
         tasks.push(tokio::spawn(async move {
             live.sent();
             let sent_at = start.elapsed();

@@ -17,6 +17,7 @@
 //! `completions` posts `{"prompt": ...}` to `/v1/completions` (ids or text); `chat` posts one
 //! user message holding the text to `/v1/chat/completions` (chat implies text).
 
+use router_core::Endpoint;
 use serde_json::{Value, json};
 
 use super::trace::mix;
@@ -34,50 +35,31 @@ pub enum PromptFormat {
     Text,
 }
 
-/// Which OpenAI API the requests use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Api {
-    /// `POST /v1/completions`.
-    #[default]
-    Completions,
-    /// `POST /v1/chat/completions`, one user message (the prompt as text).
-    Chat,
+/// The prompt format a request on `api` needs when `asked` for one: chat always sends text.
+pub fn format(api: Endpoint, asked: PromptFormat) -> PromptFormat {
+    match api {
+        Endpoint::Completions => asked,
+        Endpoint::Chat => PromptFormat::Text,
+    }
 }
 
-impl Api {
-    /// The request path under the endpoint's base URL.
-    pub fn path(self) -> &'static str {
-        match self {
-            Self::Completions => "/v1/completions",
-            Self::Chat => "/v1/chat/completions",
+/// The streaming request body of `prompt` on `api` (chat: one user message, the prompt as
+/// text).
+pub fn body(api: Endpoint, model: &str, prompt: Prompt, max_tokens: u64) -> Value {
+    let mut body = json!({
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    match (api, prompt) {
+        (Endpoint::Completions, Prompt::Tokens(ids)) => body["prompt"] = json!(ids),
+        (Endpoint::Completions, Prompt::Text(text)) => body["prompt"] = json!(text),
+        (Endpoint::Chat, prompt) => {
+            body["messages"] = json!([{"role": "user", "content": prompt.into_text()}]);
         }
     }
-
-    /// The prompt format this API needs when `asked` for one: chat always sends text.
-    pub fn format(self, asked: PromptFormat) -> PromptFormat {
-        match self {
-            Self::Completions => asked,
-            Self::Chat => PromptFormat::Text,
-        }
-    }
-
-    /// The streaming request body for `prompt`.
-    pub fn body(self, model: &str, prompt: Prompt, max_tokens: u64) -> Value {
-        let mut body = json!({
-            "model": model,
-            "max_tokens": max_tokens,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        match (self, prompt) {
-            (Self::Completions, Prompt::Tokens(ids)) => body["prompt"] = json!(ids),
-            (Self::Completions, Prompt::Text(text)) => body["prompt"] = json!(text),
-            (Self::Chat, prompt) => {
-                body["messages"] = json!([{"role": "user", "content": prompt.into_text()}]);
-            }
-        }
-        body
-    }
+    body
 }
 
 /// One request's prompt.
@@ -221,24 +203,26 @@ mod tests {
     fn bodies_follow_the_api() {
         let ids = Prompt::of_keys(&[1, 2, 3], PromptFormat::Tokens);
         assert_eq!(ids.len(), 3);
-        let body = Api::Completions.body("m", ids.clone(), 5);
-        assert_eq!(body["prompt"].as_array().map(Vec::len), Some(3));
-        assert_eq!(body["max_tokens"], 5);
-        assert_eq!(body["stream"], true);
+        let ids_body = body(Endpoint::Completions, "m", ids.clone(), 5);
+        assert_eq!(ids_body["prompt"].as_array().map(Vec::len), Some(3));
+        assert_eq!(ids_body["max_tokens"], 5);
+        assert_eq!(ids_body["stream"], true);
         let words = Prompt::of_keys(&[1, 2, 3], PromptFormat::Text);
-        let body = Api::Completions.body("m", words.clone(), 5);
+        let text_body = body(Endpoint::Completions, "m", words.clone(), 5);
         assert_eq!(
-            body["prompt"].as_str().map(|s| s.split(' ').count()),
+            text_body["prompt"].as_str().map(|s| s.split(' ').count()),
             Some(3)
         );
-        let chat = Api::Chat.body("m", words.clone(), 5);
+        let chat = body(Endpoint::Chat, "m", words.clone(), 5);
         assert_eq!(chat["messages"][0]["role"], "user");
         let Prompt::Text(text) = words else {
             panic!("text asked");
         };
         assert_eq!(chat["messages"][0]["content"], text.as_str());
         assert!(chat.get("prompt").is_none());
-        assert_eq!(Api::Chat.format(PromptFormat::Tokens), PromptFormat::Text);
-        assert_eq!(Api::Chat.path(), "/v1/chat/completions");
+        assert_eq!(
+            format(Endpoint::Chat, PromptFormat::Tokens),
+            PromptFormat::Text
+        );
     }
 }

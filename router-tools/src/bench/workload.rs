@@ -109,7 +109,7 @@ impl Plan {
                 Ok(Self::Trace {
                     records: out,
                     block_tokens: opts.block_tokens,
-                    format: opts.api.format(opts.prompt_format),
+                    format: super::prompt::format(opts.api, opts.prompt_format),
                 })
             }
             Workload::Synthetic(s) => {
@@ -139,7 +139,7 @@ impl Plan {
                     synthetic: s.clone(),
                     count,
                     seed: opts.seed,
-                    format: opts.api.format(opts.prompt_format),
+                    format: super::prompt::format(opts.api, opts.prompt_format),
                 })
             }
         }

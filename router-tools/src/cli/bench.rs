@@ -33,8 +33,8 @@ pub struct BenchArgs {
     /// URL/v1/chat/completions with --api chat).
     #[arg(long, value_name = "BASE_URL")]
     url: String,
-    /// The OpenAI API to send to.
-    #[arg(long, value_enum, default_value_t = Api::Completions)]
+    /// The OpenAI API to send to: completions or chat.
+    #[arg(long, value_name = "API", default_value = "completions")]
     api: Api,
     /// Prompts as token ids, or as text: words made from the hash ids, about one token per
     /// word, equal hash ids giving equal text (default: tokens; --api chat sends text).

@@ -22,7 +22,7 @@
 //! default. The exporter itself still reads `OTEL_EXPORTER_OTLP_HEADERS`, `..._TIMEOUT`,
 //! `..._COMPRESSION` (and their `_TRACES_` forms) and the batch processor `OTEL_BSP_*`.
 
-use crate::config::{OtlpProtocol, TelemetrySection};
+use super::{OtlpProtocol, TelemetrySection};
 use std::time::Duration;
 
 /// Which spans are sampled (`OTEL_TRACES_SAMPLER`).
