@@ -1,102 +1,58 @@
 //! Room credits across nodes (`router.<pool>.credits`): a courier task publishes what the
 //! router's credit agent says to its peers, and a subscriber task hands the messages
-//! addressed to this router to its router actor (decode pool, or the aggregated pool). Asks, grants and reports are plain
-//! messages (no sequence of their own): a lost one is repaired by the next periodic report
-//! or a repeated ask (see `router_core::credits`).
+//! addressed to this router to its router actor (decode pool, or the aggregated pool). Asks,
+//! grants and reports are plain messages (no sequence of their own): a lost one is repaired
+//! by the next periodic report or a repeated ask (see `router_core::credits`). Both tasks are
+//! the loops of a bridge (`bridge.rs`) whose sender is this router.
 
-use crate::bus::{Bus, publish_sealed};
+use crate::bridge::{Bridge, BridgeCounters, BridgeCounts};
+use crate::bus::BusError;
 use crate::router::RouterHandle;
-use crate::wire::{self, CreditEnvelope, Outbox, Subjects, WireCounters};
-use futures::StreamExt;
+use crate::wire::{CreditEnvelope, Envelope};
 use router_core::credits::CreditOut;
 use router_core::{PoolRole, RouterId};
-use serde::Serialize;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Counters of the credit courier.
-#[derive(Debug, Default)]
-pub struct CreditBusCounters {
-    pub published: AtomicU64,
-    pub publish_errors: AtomicU64,
-    pub received: AtomicU64,
-    pub wire: WireCounters,
-}
+pub type CreditBusCounters = BridgeCounters;
 
-/// The counters as plain numbers, for `/debug/state` and `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct CreditBusCounts {
-    pub published: u64,
-    pub publish_errors: u64,
-    pub received: u64,
-    pub malformed: u64,
-}
+/// The credit courier's counters as plain numbers, for `/debug/state` and `/metrics`.
+pub type CreditBusCounts = BridgeCounts;
 
-impl CreditBusCounters {
-    pub fn counts(&self) -> CreditBusCounts {
-        CreditBusCounts {
-            published: self.published.load(Ordering::Relaxed),
-            publish_errors: self.publish_errors.load(Ordering::Relaxed),
-            received: self.received.load(Ordering::Relaxed),
-            malformed: self.wire.total(),
-        }
-    }
-}
-
-/// Publishes the router's credit messages, each addressed to one peer.
-pub fn spawn_credit_publisher(
-    bus: Arc<dyn Bus>,
-    subjects: Subjects,
+/// Publishes the router's credit messages of `pool`, each addressed to one peer.
+pub(crate) fn spawn_credit_publisher(
+    bridge: &Bridge,
     pool: PoolRole,
-    me: RouterId,
-    mut outgoing: mpsc::Receiver<CreditOut>,
-    counters: Arc<CreditBusCounters>,
+    outgoing: mpsc::Receiver<CreditOut>,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let subject = subjects.credits(pool);
-        let mut outbox = Outbox::new(subjects.cluster(), me.0);
-        while let Some(out) = outgoing.recv().await {
-            let body = CreditEnvelope {
-                to: out.to.0,
-                msg: out.msg,
-            };
-            let sent = publish_sealed(bus.as_ref(), &mut outbox, &subject, body).await;
-            let counter = if sent {
-                &counters.published
-            } else {
-                &counters.publish_errors
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    })
+    let bodies = futures::stream::unfold(outgoing, |mut outgoing| async move {
+        let out = outgoing.recv().await?;
+        let body = CreditEnvelope {
+            to: out.to.0,
+            msg: out.msg,
+        };
+        Some((body, outgoing))
+    });
+    bridge.publish(bridge.subjects.credits(pool), bodies)
 }
 
-/// Hands credit messages addressed to `me` to the pool's router actor.
-pub async fn spawn_credit_subscriber(
-    bus: Arc<dyn Bus>,
-    subjects: Subjects,
+/// Hands the credit messages of `pool` addressed to this router (from another) to its
+/// router actor.
+pub(crate) async fn spawn_credit_subscriber(
+    bridge: &Bridge,
     pool: PoolRole,
-    me: RouterId,
     router: RouterHandle,
-    counters: Arc<CreditBusCounters>,
-) -> Result<JoinHandle<()>, crate::bus::BusError> {
-    let mut messages = bus.subscribe(subjects.credits(pool)).await?;
-    let cluster = subjects.cluster().to_owned();
-    Ok(tokio::spawn(async move {
-        while let Some(message) = messages.next().await {
-            match wire::decode::<CreditEnvelope>(&message.payload, &cluster) {
-                Ok(envelope) if envelope.body.to == me.0 && envelope.sender != me.0 => {
-                    counters.received.fetch_add(1, Ordering::Relaxed);
-                    let from = RouterId(envelope.sender);
-                    if router.credit(from, envelope.body.msg).is_err() {
-                        tracing::debug!("router actor gone; credit message dropped");
-                    }
-                }
-                Ok(_) => {}
-                Err(error) => counters.wire.count(&error),
-            }
+) -> Result<JoinHandle<()>, BusError> {
+    let me = bridge.sender;
+    let for_me =
+        move |envelope: &Envelope<CreditEnvelope>| envelope.body.to == me && envelope.sender != me;
+    let deliver = move |envelope: Envelope<CreditEnvelope>| {
+        let from = RouterId(envelope.sender);
+        if router.credit(from, envelope.body.msg).is_err() {
+            tracing::debug!("router actor gone; credit message dropped");
         }
-    }))
+    };
+    let subject = bridge.subjects.credits(pool);
+    bridge.receive(subject, for_me, deliver).await
 }

@@ -13,7 +13,9 @@
 
 use crate::bus::Bus;
 use crate::edge::{EdgeCounts, Inbox, spawn_forwarder};
-use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
+use crate::supervisor::{
+    ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks, linked_child,
+};
 use crate::wire::{Envelope, KvEventBatch, SeqEvent, SeqTracker, Subjects};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_core::index::{EventKind, IndexStats};
@@ -216,7 +218,7 @@ impl KvEventsState {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct KvEventsActor;
 
 impl Actor for KvEventsActor {
@@ -335,13 +337,5 @@ pub fn kv_events_child(
     args: KvEventsArgs,
     slot: ActorSlot<KvEventsMsg>,
 ) -> ChildSpec {
-    ChildSpec::new(name, move |supervisor| {
-        let args = args.clone();
-        let slot = slot.clone();
-        Box::pin(async move {
-            let (actor, _) = Actor::spawn_linked(None, KvEventsActor, args, supervisor).await?;
-            slot.set(actor.clone());
-            Ok(actor.get_cell())
-        })
-    })
+    linked_child(name, KvEventsActor, args, slot)
 }

@@ -6,10 +6,14 @@
 //! - `peer_sync`: keeps router replicas' ledgers in step over the bus (deltas, heartbeats
 //!   with digests, snapshot repair, lease expiry).
 //! - `router`: the RouterActor of one pool and its typed handle.
-//! - `room_bus`: RoomChanged between nodes on `router.decode.room`.
+//! - `bridge`: the one publish loop and the one receive loop between the bus and the actors,
+//!   with their counters; `room_bus` (RoomChanged between nodes on `router.decode.room`) and
+//!   `credit_bus` (room credits on `router.<pool>.credits`) are two bridges, started by a node
+//!   as its couriers.
 //! - `room_view`: the decode pool's room published lock-free for the prefill actor.
-//! - `supervisor`: the NodeSupervisor, its restart policy, child specs, actor slots (and calls
-//!   through them with a timeout), tasks owned by an actor's state, the in-flight registry.
+//! - `supervisor`: the NodeSupervisor, its restart policy, child specs (and the one helper
+//!   that spawns a linked, restartable actor child), actor slots (and calls through them with
+//!   a timeout), tasks owned by an actor's state, the in-flight registry.
 //! - `testkit` (feature `testsuite`, for tests only): spawns processes (a real nats-server for
 //!   the NATS bus tests) and fault-injecting buses.
 //! - `registry`: the WorkerRegistryActor: worker announcements with a lease, upserts and
@@ -24,6 +28,7 @@
 //! - `wire`: subjects, versioned msgpack envelopes, and conversion to typed messages; the
 //!   only place that sees raw bus payloads.
 
+pub mod bridge;
 pub mod bus;
 pub mod clock;
 mod couriers;

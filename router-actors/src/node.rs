@@ -10,13 +10,15 @@
 //!   RoomChanged into the prefill actor
 //! ```
 //!
-//! Every child is a [`ChildSpec`](crate::supervisor::ChildSpec) that spawns its actor linked to the supervisor from
-//! arguments it can build again, and points the child's [`ActorSlot`] at it; the node keeps
-//! only slot-backed handles, so every handle follows a restart. A child that fails too often
-//! makes the supervisor escalate: it stops, and [`Node::alive`] turns to `Failed` (`/health`
-//! fails; the process supervisor — e.g. Kubernetes — restarts the process, and peers expire
-//! its bookings after its lease). So does a child gone and not restarted within
-//! `liveness_grace`, or a room or credit courier task that ended (`liveness.rs`).
+//! Every child is a [`ChildSpec`](crate::supervisor::ChildSpec) made by
+//! [`linked_child`](crate::supervisor::linked_child): it spawns its actor linked to the
+//! supervisor from arguments it clones for every start, and points the child's
+//! [`ActorSlot`] at it; the node keeps only slot-backed handles, so every handle follows a
+//! restart. A child that fails too often makes the supervisor escalate: it stops, and
+//! [`Node::alive`] turns to `Failed` (`/health` fails; the process supervisor — e.g.
+//! Kubernetes — restarts the process, and peers expire its bookings after its lease). So
+//! does a child gone and not restarted within `liveness_grace`, or a room or credit courier
+//! task that ended (`liveness.rs`).
 
 use crate::bus::Bus;
 use crate::clock::Clock;
@@ -334,7 +336,8 @@ impl Node {
         )
         .await?;
         let couriers = spawn_couriers(Couriers {
-            config: &config,
+            router_id: config.router_id,
+            room_bridge: config.topology == Topology::Disaggregated,
             bus: &bus,
             subjects: &subjects,
             routers: &routers,

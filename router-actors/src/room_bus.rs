@@ -2,78 +2,51 @@
 //! published on `router.decode.room`, and every node's prefill actor subscribes to it. The
 //! message is a hint: a prefill actor that drains before its own decode view has caught up
 //! (the peer's release arrives through peer sync) finds nothing to admit, and drains again
-//! when its decode view moves (its local signal) or at its periodic recheck.
+//! when its decode view moves (its local signal) or at its periodic recheck. Both tasks are
+//! the loops of a bridge (`bridge.rs`) whose sender is this node's router.
 
-use crate::bus::{Bus, publish_sealed};
+use crate::bridge::{Bridge, BridgeCounters};
+use crate::bus::BusError;
 use crate::room_view::RoomReader;
 use crate::router::{RouterHandle, RouterMsg};
-use crate::wire::{self, Outbox, RoomChanged, Subjects, WireCounters};
-use futures::StreamExt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::wire::{Envelope, RoomChanged};
+use futures::StreamExt as _;
 use tokio::task::JoinHandle;
-use uuid::Uuid;
 
 /// Counters of the room bridge.
-#[derive(Debug, Default)]
-pub struct RoomBusCounters {
-    pub published: AtomicU64,
-    pub publish_errors: AtomicU64,
-    pub received: AtomicU64,
-    pub wire: WireCounters,
-}
+pub type RoomBusCounters = BridgeCounters;
 
 /// Publishes every rise of the decode room epoch on `router.decode.room`.
-pub fn spawn_room_publisher(
-    bus: Arc<dyn Bus>,
-    subjects: Subjects,
-    sender: Uuid,
-    room: RoomReader,
-    counters: Arc<RoomBusCounters>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let subject = subjects.room();
-        let mut outbox = Outbox::new(subjects.cluster(), sender);
-        let mut signals = room.signals();
-        while signals.changed().await.is_ok() {
+pub(crate) fn spawn_room_publisher(bridge: &Bridge, room: RoomReader) -> JoinHandle<()> {
+    // The task takes its receiver when it first runs: what rose before is not published.
+    let signals = futures::stream::once(async move { room.signals() });
+    let bodies = signals.flat_map(|signals| {
+        futures::stream::unfold(signals, |mut signals| async move {
+            signals.changed().await.ok()?;
             let epoch = *signals.borrow_and_update();
             let body = RoomChanged {
                 epoch,
                 classes: Vec::new(),
             };
-            let sent = publish_sealed(bus.as_ref(), &mut outbox, &subject, body).await;
-            let counter = if sent {
-                &counters.published
-            } else {
-                &counters.publish_errors
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    })
+            Some((body, signals))
+        })
+    });
+    bridge.publish(bridge.subjects.room(), bodies)
 }
 
 /// Turns other nodes' RoomChanged into drains of this node's prefill actor.
-pub async fn spawn_room_subscriber(
-    bus: Arc<dyn Bus>,
-    subjects: Subjects,
-    sender: Uuid,
+pub(crate) async fn spawn_room_subscriber(
+    bridge: &Bridge,
     prefill: RouterHandle,
-    counters: Arc<RoomBusCounters>,
-) -> Result<JoinHandle<()>, crate::bus::BusError> {
-    let mut messages = bus.subscribe(subjects.room()).await?;
-    let cluster = subjects.cluster().to_owned();
-    Ok(tokio::spawn(async move {
-        while let Some(message) = messages.next().await {
-            match wire::decode::<RoomChanged>(&message.payload, &cluster) {
-                Ok(envelope) if envelope.sender == sender => {}
-                Ok(_) => {
-                    counters.received.fetch_add(1, Ordering::Relaxed);
-                    if prefill.cast(RouterMsg::RoomChanged).is_err() {
-                        tracing::debug!("prefill actor gone; RoomChanged dropped");
-                    }
-                }
-                Err(error) => counters.wire.count(&error),
-            }
+) -> Result<JoinHandle<()>, BusError> {
+    let me = bridge.sender;
+    let from_others = move |envelope: &Envelope<RoomChanged>| envelope.sender != me;
+    let deliver = move |_: Envelope<RoomChanged>| {
+        if prefill.cast(RouterMsg::RoomChanged).is_err() {
+            tracing::debug!("prefill actor gone; RoomChanged dropped");
         }
-    }))
+    };
+    bridge
+        .receive(bridge.subjects.room(), from_others, deliver)
+        .await
 }

@@ -51,7 +51,9 @@ pub use observe::{DecodeErrors, PeerSyncCounters, PeerSyncSnapshot, PeerView};
 
 use crate::bus::{Bus, BusMessage};
 use crate::router::{OwnDelta, RouterHandle};
-use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks};
+use crate::supervisor::{
+    ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, OwnedTasks, linked_child,
+};
 use crate::wire::{SnapshotReply, Subjects};
 use futures::StreamExt;
 use ractor::rpc::CallResult;
@@ -181,7 +183,7 @@ pub enum PeerSyncMsg {
     InjectFault(String),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct PeerSyncActor;
 
 impl PeerSyncActor {
@@ -388,13 +390,5 @@ pub fn peer_sync_child(
     args: PeerSyncArgs,
     slot: ActorSlot<PeerSyncMsg>,
 ) -> ChildSpec {
-    ChildSpec::new(name, move |supervisor| {
-        let args = args.clone();
-        let slot = slot.clone();
-        Box::pin(async move {
-            let (actor, _) = Actor::spawn_linked(None, PeerSyncActor, args, supervisor).await?;
-            slot.set(actor.clone());
-            Ok(actor.get_cell())
-        })
-    })
+    linked_child(name, PeerSyncActor, args, slot)
 }

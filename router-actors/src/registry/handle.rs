@@ -4,7 +4,7 @@
 
 use super::state::{Entry, Key};
 use super::{RegistryArgs, RegistryMsg, RegistrySnapshot, WorkerRegistryActor};
-use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT};
+use crate::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, linked_child};
 use arc_swap::ArcSwap;
 use ractor::{Actor, ActorRef};
 use router_core::{PoolRole, WorkerId};
@@ -170,14 +170,5 @@ pub fn registry_child(
     args: RegistryArgs,
     slot: ActorSlot<RegistryMsg>,
 ) -> ChildSpec {
-    ChildSpec::new(name, move |supervisor| {
-        let args = args.clone();
-        let slot = slot.clone();
-        Box::pin(async move {
-            let (actor, _) =
-                Actor::spawn_linked(None, WorkerRegistryActor, args, supervisor).await?;
-            slot.set(actor.clone());
-            Ok(actor.get_cell())
-        })
-    })
+    linked_child(name, WorkerRegistryActor, args, slot)
 }

@@ -193,7 +193,7 @@ pub struct RegistrySnapshot {
     pub edge: EdgeCounts,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct WorkerRegistryActor;
 
 impl Actor for WorkerRegistryActor {

@@ -174,7 +174,7 @@ pub enum RouterMsg {
     InjectFault(String),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct RouterActor;
 
 impl Actor for RouterActor {
@@ -347,14 +347,5 @@ pub fn router_child(
     args: RouterArgs,
     slot: crate::supervisor::ActorSlot<RouterMsg>,
 ) -> crate::supervisor::ChildSpec {
-    // Not registered under a global ractor name: several nodes may share one process (tests).
-    crate::supervisor::ChildSpec::new(name, move |supervisor| {
-        let args = args.clone();
-        let slot = slot.clone();
-        Box::pin(async move {
-            let (actor, _) = Actor::spawn_linked(None, RouterActor, args, supervisor).await?;
-            slot.set(actor.clone());
-            Ok(actor.get_cell())
-        })
-    })
+    crate::supervisor::linked_child(name, RouterActor, args, slot)
 }

@@ -2,11 +2,13 @@
 //! (with backoff, at most `max_restarts` per window) and escalates past the cap by stopping
 //! itself with the reason. A child is described by a [`ChildSpec`]: a name and a start
 //! function that spawns it linked to the supervisor and points the child's [`ActorSlot`] at the
-//! new actor, so every handle follows the restart. The supervisor also keeps a
-//! [`ChildBoard`] up to date (each child's actor, its restart when due, why it gave up) for
-//! the node's liveness watcher. The rules are written down in `docs/runtime-semantics.md`.
+//! new actor, so every handle follows the restart; [`linked_child`] (`child.rs`) makes that
+//! spec for every actor child of a node. The supervisor also keeps a [`ChildBoard`] up to date
+//! (each child's actor, its restart when due, why it gave up) for the node's liveness
+//! watcher. The rules are written down in `docs/runtime-semantics.md`.
 
 mod board;
+mod child;
 mod inflight;
 mod policy;
 mod slot;
@@ -16,6 +18,7 @@ mod tasks;
 mod tests;
 
 pub use board::{ChildBoard, Missing};
+pub use child::{linked_child, start_linked};
 pub use inflight::InflightRegistry;
 pub use policy::{RestartBudget, RestartDecision, RestartPolicy};
 pub use slot::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, ask};

@@ -79,6 +79,11 @@ impl<M: Message> ActorSlot<M> {
         self.inner.store(None);
     }
 
+    /// Empties the slot and returns the actor it held.
+    pub fn take(&self) -> Option<ActorRef<M>> {
+        self.inner.swap(None).map(|a| ActorRef::clone(&a))
+    }
+
     /// Asks the current actor and waits at most `timeout` for its answer.
     pub async fn call<R, F>(&self, build: F, timeout: Duration) -> Result<R, CallError>
     where

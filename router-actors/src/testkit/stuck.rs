@@ -1,13 +1,14 @@
 //! [`StuckChild`]: a supervisor child for liveness tests. Its first start spawns an idle
 //! actor linked to the supervisor; every later start never finishes, so once the child is
 //! stopped the supervisor is stuck restarting it: the child is gone and not restarted, and
-//! any other child that fails meanwhile is not restarted either.
+//! any other child that fails meanwhile is not restarted either. The first start is the
+//! supervisor's usual one ([`start_linked`]); only the pending restarts are its own.
 
-use crate::supervisor::ChildSpec;
+use crate::supervisor::{ActorSlot, ChildSpec, start_linked};
 use futures::FutureExt as _;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 /// An actor that does nothing.
 struct Idle;
@@ -25,7 +26,7 @@ impl Actor for Idle {
 /// The handle of a [`StuckChild`]'s running actor.
 #[derive(Debug, Clone, Default)]
 pub struct StuckChild {
-    actor: Arc<Mutex<Option<ActorCell>>>,
+    actor: ActorSlot<()>,
 }
 
 impl StuckChild {
@@ -33,18 +34,15 @@ impl StuckChild {
     pub fn spec(name: &str) -> (ChildSpec, Self) {
         let handle = Self::default();
         let started = Arc::new(AtomicBool::new(false));
-        let actor = Arc::clone(&handle.actor);
+        let actor = handle.actor.clone();
         let spec = ChildSpec::new(name, move |supervisor: ActorCell| {
-            let (started, actor) = (Arc::clone(&started), Arc::clone(&actor));
+            let (started, actor) = (Arc::clone(&started), actor.clone());
             async move {
                 if started.swap(true, Ordering::SeqCst) {
                     // A restart: never done.
                     futures::future::pending::<()>().await;
                 }
-                let (idle, _) = Actor::spawn_linked(None, Idle, (), supervisor).await?;
-                let cell = idle.get_cell();
-                *actor.lock().unwrap_or_else(PoisonError::into_inner) = Some(cell.clone());
-                Ok(cell)
+                start_linked(Idle, (), supervisor, &actor).await
             }
             .boxed()
         });
@@ -53,13 +51,8 @@ impl StuckChild {
 
     /// Stops the running actor (the supervisor then tries to restart it, and hangs).
     pub fn stop(&self) {
-        let cell = self
-            .actor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(cell) = cell {
-            cell.stop(Some("stopped by the test".into()));
+        if let Some(actor) = self.actor.take() {
+            actor.stop(Some("stopped by the test".into()));
         }
     }
 }
