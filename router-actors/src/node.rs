@@ -198,6 +198,7 @@ impl Node {
             let slot = ActorSlot::empty();
             // A route call waits at most the longest class wait, plus a call's timeout.
             let handle = RouterHandle::from_slot(slot.clone(), clock)
+                .with_block_size(config.block_size)
                 .with_call_timeout(config.call_timeout)
                 .with_route_timeout(config.profile.longest_wait() + config.call_timeout);
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));

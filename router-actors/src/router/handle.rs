@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, ask};
 use ractor::ActorRef;
 use router_core::{
-    Admission, ClassId, DecodeReservation, RejectReason, RequestId, RouteRequest, RouterId,
+    Admission, ClassId, DecodeReservation, Prompt, RejectReason, RequestId, RouteRequest, RouterId,
     WorkerId, WorkerSpec,
 };
 use std::time::Duration;
@@ -50,7 +50,12 @@ pub struct RouterHandle {
     /// How long `route` waits at most: the longest class wait plus the call timeout (`None`:
     /// as long as the queue holds the request).
     route_timeout: Option<Duration>,
+    /// The pool's tokens per KV block: callers hash prompts with it ([`Self::prompt`]).
+    block_size: u32,
 }
+
+/// A pool's block size until the node says otherwise (the router config's default).
+pub const DEFAULT_BLOCK_SIZE: u32 = 16;
 
 impl RouterHandle {
     pub fn new(actor: ActorRef<RouterMsg>, clock: Clock) -> Self {
@@ -64,7 +69,25 @@ impl RouterHandle {
             clock,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             route_timeout: None,
+            block_size: DEFAULT_BLOCK_SIZE,
         }
+    }
+
+    /// The same handle, for a pool of `block_size` tokens per KV block.
+    pub fn with_block_size(mut self, block_size: u32) -> Self {
+        self.block_size = block_size.max(1);
+        self
+    }
+
+    /// The pool's tokens per KV block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// `tokens` as this pool's router looks them up: hashed once, here, by the caller, so
+    /// the router actor (one per pool) does not hash and no leg or retry clones the tokens.
+    pub fn prompt(&self, tokens: &[u32], namespace: Option<&str>) -> Prompt {
+        Prompt::hashed(tokens, self.block_size, namespace)
     }
 
     /// The same handle, waiting at most `timeout` for the answer to a call (not `route`,

@@ -37,6 +37,28 @@ pub struct RouteRequest {
     pub do_not_queue: bool,
 }
 
+impl Prompt {
+    /// `tokens` hashed once, as a router of `block_size` would (namespaced by the request's
+    /// adapter and salt, [`crate::hashing::hash_namespace`]): what a frontend sends, so the
+    /// router's single actor does no hashing and no leg carries the tokens.
+    pub fn hashed(tokens: &[u32], block_size: u32, namespace: Option<&str>) -> Self {
+        let hashes =
+            crate::hashing::token_sequence_hashes(tokens, block_size.max(1) as usize, namespace);
+        Self::Hashes {
+            block_hashes: hashes.into_iter().map(|h| h.0).collect(),
+            prompt_tokens: tokens.len() as u64,
+        }
+    }
+
+    /// The prompt's length in tokens.
+    pub fn tokens(&self) -> u64 {
+        match self {
+            Self::Tokens(tokens) => tokens.len() as u64,
+            Self::Hashes { prompt_tokens, .. } => *prompt_tokens,
+        }
+    }
+}
+
 impl RouteRequest {
     pub fn new(id: RequestId, class: ClassId, phase: Phase, prompt: Prompt) -> Self {
         Self {

@@ -26,7 +26,9 @@ use crate::load::EngineKind;
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_actors::bus::Bus;
-use router_actors::supervisor::{ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT};
+use router_actors::supervisor::{
+    ActorSlot, CallError, ChildSpec, DEFAULT_CALL_TIMEOUT, linked_child,
+};
 use router_actors::wire::Subjects;
 use router_core::{PoolRole, WorkerId};
 use std::sync::Arc;
@@ -157,7 +159,7 @@ impl crate::zmq::FrameSink for ActorRef<LinkMsg> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct EngineLinkActor;
 
 impl Actor for EngineLinkActor {
@@ -261,13 +263,5 @@ pub fn engine_link_child(
     args: EngineLinkArgs,
     slot: ActorSlot<LinkMsg>,
 ) -> ChildSpec {
-    ChildSpec::new(name, move |supervisor| {
-        let args = args.clone();
-        let slot = slot.clone();
-        Box::pin(async move {
-            let (actor, _) = Actor::spawn_linked(None, EngineLinkActor, args, supervisor).await?;
-            slot.set(actor.clone());
-            Ok(actor.get_cell())
-        })
-    })
+    linked_child(name, EngineLinkActor, args, slot)
 }

@@ -18,17 +18,18 @@ pub(super) struct Class {
     pub name: String,
 }
 
-/// The route call of one request (or one leg) under `class`: its prompt tokens and its
-/// expected output (the client's `max_tokens`, else the default, capped).
+/// The route call of one request (or one leg) under `class`: its prompt (hashed once, in
+/// `handlers::prepare`) and its expected output (the client's `max_tokens`, else the
+/// default, capped).
 pub(super) fn route_request(
     state: &AppState,
     id: RequestId,
     class: &Class,
     phase: Phase,
-    tokens: Vec<u32>,
+    prompt: Prompt,
     max_tokens: Option<u64>,
 ) -> RouteRequest {
-    let mut route = RouteRequest::new(id, class.id, phase, Prompt::Tokens(tokens));
+    let mut route = RouteRequest::new(id, class.id, phase, prompt);
     route.expected_output_tokens = max_tokens
         .unwrap_or(state.limits.default_max_tokens)
         .min(state.limits.max_expected_output_tokens);

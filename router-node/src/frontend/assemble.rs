@@ -11,11 +11,11 @@
 use super::error::{ApiError, Stage};
 use super::proxy::{Upstream, broken};
 use crate::metrics::RequestObserver;
+use crate::sse::{Chunk, Data, Flow, SseFrames};
 use axum::body::Bytes;
 use futures::stream::StreamExt;
 use router_core::Endpoint;
 use router_core::WorkerId;
-use crate::sse::{Chunk, Data, Flow, SseFrames};
 use serde::Serialize;
 use serde_json::value::RawValue;
 

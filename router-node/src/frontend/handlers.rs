@@ -32,7 +32,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::Endpoint;
-use router_core::{Phase, RequestId};
+use router_core::{Phase, Prompt, RequestId};
 use router_tokenizer::PromptInput;
 use serde_json::json;
 use std::sync::Arc;
@@ -179,11 +179,13 @@ async fn handle_openai(
     })
 }
 
-/// A request ready for its first hop: parsed, tokenized, holding its permit (its class comes
-/// beside it).
+/// A request ready for its first hop: parsed, tokenized and hashed, holding its permit (its
+/// class comes beside it).
 struct Prepared {
     request: ParsedRequest,
-    tokens: Vec<u32>,
+    /// The prompt's chained block hashes and length: every leg and retry routes with these
+    /// (the tokens are gone by then).
+    prompt: Prompt,
     permit: OwnedSemaphorePermit,
 }
 
@@ -238,10 +240,12 @@ async fn prepare(
         .unwrap_or(state.limits.default_max_tokens)
         .min(state.limits.max_expected_output_tokens);
     auth::limit_tokens(key, tokens.len() as u64, output)?;
+    // Hashed once, here: the pool's router actor does no hashing, and no leg clones tokens.
+    let prompt = state.router.prompt(&tokens, None);
     Ok((
         Prepared {
             request,
-            tokens,
+            prompt,
             permit,
         },
         class,
@@ -257,13 +261,13 @@ async fn admit_and_forward(
 ) -> Result<Response, ApiError> {
     let Prepared {
         request,
-        tokens,
+        prompt,
         permit,
     } = prepared;
     if let Some(decode) = &state.decode {
         let d = super::disagg::Disagg {
             request,
-            tokens,
+            prompt,
             class,
             headers,
             permit,
@@ -284,12 +288,12 @@ async fn admit_and_forward(
             id,
             class,
             Phase::Aggregated,
-            tokens.clone(),
+            prompt.clone(),
             request.max_tokens,
         );
         placements.narrow(state, &mut route);
         let admission = admit(state, &state.router, class, route).await?;
-        observer.admitted(tokens.len() as u64, admission.prefix);
+        observer.admitted(prompt.tokens(), admission.prefix);
         let worker = admission.rank.worker;
         // No await between the admission and the guard: a dropped handler never leaks a booking.
         let Some(held) = placement::permit(state, &mut permit) else {

@@ -72,13 +72,13 @@ use super::AppState;
 use super::admit::{Class, admit, route_request};
 use super::error::ApiError;
 use super::openai::ParsedRequest;
+use super::placement::{self, Placements};
 use super::proxy::{BookingGuard, Target, forward, never_reached};
 use crate::metrics::RequestObserver;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use super::placement::{self, Placements};
 use router_actors::RouterHandle;
-use router_core::{Phase, RequestId, RouteRequest, WorkerId};
+use router_core::{Phase, Prompt, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -100,7 +100,8 @@ const KV_TRANSFER: &str = "kv_transfer_params";
 /// What one disaggregated request brings from the handler.
 pub(super) struct Disagg<'a> {
     pub request: ParsedRequest,
-    pub tokens: Vec<u32>,
+    /// The prompt, hashed once at the frontend.
+    pub prompt: Prompt,
     /// The class resolved at the frontend: both legs run under it.
     pub class: &'a Class,
     pub headers: &'a HeaderMap,
@@ -151,14 +152,14 @@ pub(super) async fn admit_and_forward(
 ) -> Result<Response, ApiError> {
     let Disagg {
         request,
-        tokens,
+        prompt,
         class,
         headers,
         permit,
     } = d;
     let legs = Legs {
         request,
-        tokens,
+        prompt,
         class,
         headers,
     };
@@ -174,7 +175,7 @@ pub(super) async fn admit_and_forward(
             // A second placement that finds no room answers with what failed first.
             Err(e) => return Err(refusal.take().unwrap_or(e)),
         };
-        observer.admitted(legs.tokens.len() as u64, admission.prefix);
+        observer.admitted(legs.prompt.tokens(), admission.prefix);
         let worker = admission.rank.worker;
         // No await between the admission and the hold: a dropped handler cannot leak either.
         let mut hold = PrefillHold {
@@ -309,11 +310,11 @@ pub(super) fn decode_target(worker: WorkerId) -> Target {
     }
 }
 
-/// What both legs of one request share: the client's request, its prompt tokens, its
-/// class and headers.
+/// What both legs of one request share: the client's request, its prompt (hashed once: the
+/// node's pools share one block size), its class and headers.
 pub(super) struct Legs<'a> {
     pub request: ParsedRequest,
-    pub tokens: Vec<u32>,
+    pub prompt: Prompt,
     pub class: &'a Class,
     pub headers: &'a HeaderMap,
 }
@@ -326,7 +327,7 @@ impl Legs<'_> {
             id,
             self.class,
             phase,
-            self.tokens.clone(),
+            self.prompt.clone(),
             self.request.max_tokens,
         )
     }

@@ -4,7 +4,6 @@
 //!
 //! [`DisaggConvention::Sglang`]: super::DisaggConvention::Sglang
 
-use crate::frontend::placement::Placements;
 use super::{
     Legs, PrefillHold, one_token_body, prefill_answer, prefill_call, prefill_span, send_decode,
 };
@@ -12,6 +11,7 @@ use crate::frontend::AppState;
 use crate::frontend::admit::admit;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
+use crate::frontend::placement::Placements;
 use crate::metrics::RequestObserver;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
