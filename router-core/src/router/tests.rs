@@ -79,6 +79,43 @@ fn a_request_follows_its_cached_prefix() {
 }
 
 #[test]
+fn a_prompt_hashed_by_the_frontend_routes_as_its_tokens_would() {
+    let prompt = tokens(5, 200);
+    let (mut by_tokens, mut by_hashes) = (router(PrefixMode::Events), router(PrefixMode::Events));
+    for r in [&mut by_tokens, &mut by_hashes] {
+        assert_eq!(
+            r.apply_kv_event(&stored(2, &prompt[..160], None)),
+            EventStatus::Ok
+        );
+    }
+    let a = route(&mut by_tokens, 1, prompt.clone(), None);
+    let hashed = Prompt::hashed(&prompt, BS, None);
+    assert_eq!(hashed.tokens(), 200);
+    let request = RouteRequest::new(
+        RequestId::from_u128(1),
+        ClassId(0),
+        Phase::Aggregated,
+        hashed,
+    );
+    let b = by_hashes.route(request, Timestamp(0), Timestamp(0), None);
+    let (a, b) = (
+        a.admitted().expect("admitted"),
+        b.admitted().expect("admitted"),
+    );
+    assert_eq!((a.rank, a.prefix), (b.rank, b.prefix));
+    assert_eq!(
+        a.rank,
+        RankId::new(2, 0),
+        "both follow the 10 cached blocks"
+    );
+    assert_eq!(
+        by_tokens.ledger().snapshot(),
+        by_hashes.ledger().snapshot(),
+        "the same booking"
+    );
+}
+
+#[test]
 fn an_admission_says_how_much_of_its_prompt_the_chosen_rank_holds() {
     let mut r = router(PrefixMode::Events);
     let cached = tokens(1, 160);
