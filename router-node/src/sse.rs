@@ -11,9 +11,9 @@
 //! - [`SseReader`]: counts as it goes, for the load generators (router-tools' `loadgen`:
 //!   TTFT and inter-token gaps as a client sees them) and the frontend's request metrics
 //!   (`crate::metrics::RequestObserver`: the same figures as the router relays the worker's
-//!   stream): *content chunks* (events whose first choice carries non-empty text: `text` of a
-//!   completion, `delta.content` of a chat chunk; a chat stream's role-only first event is
-//!   not one), the final `usage` (with vLLM's `usage.prompt_tokens_details.cached_tokens`),
+//!   stream): *content chunks* (events whose first choice carries output: non-empty `text` of
+//!   a completion, `delta.content` or `delta.reasoning_content` of a chat chunk, or a tool
+//!   call; a chat stream's role-only first event is not one), the final `usage` (with vLLM's `usage.prompt_tokens_details.cached_tokens`),
 //!   `[DONE]` and error events.
 //!
 //! The non-streaming assembler (`frontend/assemble.rs`) frames and reads with the same two.
@@ -155,6 +155,8 @@ pub struct Chunk<'a> {
 /// One choice of a [`Chunk`].
 #[derive(Debug, Deserialize)]
 pub struct ChunkChoice<'a> {
+    /// Which choice (`n > 1`, a batch of prompts); absent: its position.
+    pub index: Option<u32>,
     /// `/v1/completions`.
     #[serde(borrow)]
     pub text: Option<Cow<'a, str>>,
@@ -163,6 +165,9 @@ pub struct ChunkChoice<'a> {
     pub delta: Option<ChunkDelta<'a>>,
     #[serde(borrow)]
     pub finish_reason: Option<&'a RawValue>,
+    /// A completion's parallel arrays, or a chat choice's `content` list.
+    #[serde(borrow)]
+    pub logprobs: Option<&'a RawValue>,
 }
 
 /// A chat chunk's `delta`.
@@ -170,6 +175,12 @@ pub struct ChunkChoice<'a> {
 pub struct ChunkDelta<'a> {
     #[serde(borrow)]
     pub content: Option<Cow<'a, str>>,
+    /// A reasoning model's thinking (vLLM's reasoning parsers).
+    #[serde(borrow)]
+    pub reasoning_content: Option<Cow<'a, str>>,
+    /// Tool-call fragments (`[{index, id, type, function: {name, arguments}}]`).
+    #[serde(borrow)]
+    pub tool_calls: Option<&'a RawValue>,
 }
 
 impl<'a> Chunk<'a> {
@@ -191,8 +202,16 @@ impl ChunkChoice<'_> {
         self.text.as_deref().or(delta)
     }
 
+    /// Generated output of any kind: text, reasoning or a tool call.
     fn has_text(&self) -> bool {
+        let reasoning = self
+            .delta
+            .as_ref()
+            .and_then(|d| d.reasoning_content.as_deref());
+        let calls = self.delta.as_ref().and_then(|d| d.tool_calls);
         self.content().is_some_and(|t| !t.is_empty())
+            || reasoning.is_some_and(|t| !t.is_empty())
+            || calls.is_some_and(|c| c.get() != "[]" && c.get() != "null")
     }
 }
 

@@ -1,13 +1,12 @@
-//! A non-streaming client's answer: the worker's SSE chunks assembled into one OpenAI
-//! response body (the text deltas of all chunks concatenated into one choice; `id`, `model`,
-//! `created`, `system_fingerprint` of the first chunk that had them, the last `finish_reason`
-//! and `usage` kept as the worker wrote them). The stream is framed and its events read by
-//! the node's one SSE reader (`crate::sse`: [`SseFrames`], [`Chunk`], borrowing from the line,
-//! a kept field copied once) in [`SseAssembler`] (pure, bounded, fuzzed in
-//! `router-node/src/fuzz_tests.rs`); the body is written from a typed [`AssembledBody`]. The
-//! same one reading of each event tells the request's `RequestObserver` its content chunks
-//! and usage (`RequestObserver::parsed`).
+//! A non-streaming client's answer: the worker's SSE stream read into one OpenAI response
+//! body. The stream is framed and its events read by the node's one SSE reader
+//! (`crate::sse`: [`SseFrames`], [`Chunk`], borrowing from the line) in [`SseAssembler`] (pure,
+//! bounded, fuzzed in `router-node/src/fuzz_tests.rs`); the body is built by `assembled.rs`
+//! (every choice by index, tool calls, log-probabilities; an answer without a choice is a
+//! 502). The same one reading of each event tells the request's `RequestObserver` its
+//! content chunks and usage (`RequestObserver::parsed`).
 
+use super::assembled::{Assembled, AssembledBody};
 use super::error::{ApiError, Stage};
 use super::proxy::{Upstream, broken};
 use crate::metrics::RequestObserver;
@@ -16,8 +15,6 @@ use axum::body::Bytes;
 use futures::stream::StreamExt;
 use router_core::Endpoint;
 use router_core::WorkerId;
-use serde::Serialize;
-use serde_json::value::RawValue;
 
 /// Collects the worker's SSE stream (`first` chunk already read) into one OpenAI response
 /// body, telling `observer` of each event as it is read.
@@ -95,13 +92,10 @@ impl SseAssembler {
             acc,
             ..
         } = self;
-        let flow = frames.feed(chunk, |data| {
-            acc.data(*endpoint, data, *limit, *worker, observer.as_deref_mut())
+        let flow = frames.feed(chunk, |d| {
+            data(acc, *endpoint, d, *limit, *worker, observer.as_deref_mut())
         })?;
         self.done = flow == Flow::Stop;
-        if self.acc.text.len() > self.limit {
-            return Err(too_large(self.worker, self.limit));
-        }
         Ok(self.done)
     }
 
@@ -116,159 +110,50 @@ impl SseAssembler {
                 acc,
                 ..
             } = &mut self;
-            frames.finish(|data| acc.data(*endpoint, data, *limit, *worker, None))?;
+            frames.finish(|d| data(acc, *endpoint, d, *limit, *worker, None))?;
         }
-        Ok(self.acc.finish(self.endpoint))
+        self.acc.finish(self.endpoint, self.worker)
     }
 }
 
-fn too_large(worker: WorkerId, limit: usize) -> ApiError {
+/// Takes one payload into `acc`; [`Flow::Stop`] at `data: [DONE]`.
+fn data(
+    acc: &mut Assembled,
+    endpoint: Endpoint,
+    data: Data<'_>,
+    limit: usize,
+    worker: WorkerId,
+    observer: Option<&mut RequestObserver>,
+) -> Result<Flow, ApiError> {
+    let json = match data {
+        Data::Done => return Ok(Flow::Stop),
+        Data::Overflow => return Err(too_large(worker, limit)),
+        Data::Json(json) => json,
+    };
+    // Typed: only the fields the assembled body needs are read; the rest is skipped.
+    let Some(event) = Chunk::parse(&json) else {
+        return Ok(Flow::Continue);
+    };
+    if let Some(error) = event.error {
+        return Err(ApiError::upstream(
+            Stage::Upstream,
+            "upstream_error_event",
+            format!("{worker}: {error}"),
+        ));
+    }
+    if let Some(observer) = observer {
+        observer.parsed(&event);
+    }
+    acc.event(endpoint, event, limit, worker)?;
+    Ok(Flow::Continue)
+}
+
+pub(super) fn too_large(worker: WorkerId, limit: usize) -> ApiError {
     ApiError::upstream(
         Stage::Upstream,
         "upstream_too_large",
         format!("{worker}: the answer is larger than {limit} bytes"),
     )
-}
-
-/// The response body of a non-streaming client.
-#[derive(Debug, Serialize)]
-pub(crate) struct AssembledBody {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<Box<RawValue>>,
-    object: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created: Option<Box<RawValue>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    model: Option<Box<RawValue>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system_fingerprint: Option<Box<RawValue>>,
-    choices: [AssembledChoice; 1],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<Box<RawValue>>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum AssembledChoice {
-    Completion {
-        index: u32,
-        text: String,
-        finish_reason: Option<Box<RawValue>>,
-    },
-    Chat {
-        index: u32,
-        message: Message,
-        finish_reason: Option<Box<RawValue>>,
-    },
-}
-
-#[derive(Debug, Serialize)]
-struct Message {
-    role: &'static str,
-    content: String,
-}
-
-#[derive(Default)]
-struct Assembled {
-    text: String,
-    id: Option<Box<RawValue>>,
-    model: Option<Box<RawValue>>,
-    created: Option<Box<RawValue>>,
-    system_fingerprint: Option<Box<RawValue>>,
-    finish_reason: Option<Box<RawValue>>,
-    usage: Option<Box<RawValue>>,
-}
-
-/// Keeps the first value a field had.
-fn keep_first(kept: &mut Option<Box<RawValue>>, read: Option<&RawValue>) {
-    if kept.is_none() {
-        *kept = read.map(RawValue::to_owned);
-    }
-}
-
-impl Assembled {
-    /// Takes one payload; [`Flow::Stop`] at `data: [DONE]`.
-    fn data(
-        &mut self,
-        endpoint: Endpoint,
-        data: Data<'_>,
-        limit: usize,
-        worker: WorkerId,
-        observer: Option<&mut RequestObserver>,
-    ) -> Result<Flow, ApiError> {
-        let json = match data {
-            Data::Done => return Ok(Flow::Stop),
-            Data::Overflow => return Err(too_large(worker, limit)),
-            Data::Json(json) => json,
-        };
-        // Typed: only the fields the assembled body needs are read; the rest is skipped.
-        let Some(event) = Chunk::parse(&json) else {
-            return Ok(Flow::Continue);
-        };
-        if let Some(error) = event.error {
-            return Err(ApiError::upstream(
-                Stage::Upstream,
-                "upstream_error_event",
-                format!("{worker}: {error}"),
-            ));
-        }
-        if let Some(observer) = observer {
-            observer.parsed(&event);
-        }
-        keep_first(&mut self.id, event.id);
-        keep_first(&mut self.model, event.model);
-        keep_first(&mut self.created, event.created);
-        keep_first(&mut self.system_fingerprint, event.system_fingerprint);
-        if let Some(usage) = event.usage {
-            self.usage = Some(usage.to_owned());
-        }
-        if let Some(choice) = event.choices.into_iter().next() {
-            let delta = match endpoint {
-                Endpoint::Completions => choice.text.as_deref(),
-                Endpoint::Chat => choice.delta.as_ref().and_then(|d| d.content.as_deref()),
-            };
-            if let Some(s) = delta {
-                self.text.push_str(s);
-            }
-            if let Some(reason) = choice.finish_reason {
-                self.finish_reason = Some(reason.to_owned());
-            }
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn finish(self, endpoint: Endpoint) -> AssembledBody {
-        let (object, choice) = match endpoint {
-            Endpoint::Completions => (
-                "text_completion",
-                AssembledChoice::Completion {
-                    index: 0,
-                    text: self.text,
-                    finish_reason: self.finish_reason,
-                },
-            ),
-            Endpoint::Chat => (
-                "chat.completion",
-                AssembledChoice::Chat {
-                    index: 0,
-                    message: Message {
-                        role: "assistant",
-                        content: self.text,
-                    },
-                    finish_reason: self.finish_reason,
-                },
-            ),
-        };
-        AssembledBody {
-            id: self.id,
-            object,
-            created: self.created,
-            model: self.model,
-            system_fingerprint: self.system_fingerprint,
-            choices: [choice],
-            usage: self.usage,
-        }
-    }
 }
 
 #[cfg(test)]

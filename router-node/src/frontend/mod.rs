@@ -35,6 +35,7 @@
 mod admin;
 mod admit;
 mod assemble;
+mod assembled;
 mod auth;
 mod breaker;
 mod classify;
