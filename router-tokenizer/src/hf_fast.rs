@@ -132,6 +132,41 @@ impl FastHf {
         ids
     }
 
+    /// The longest piece [`Self::encode`] would merge in `text`, in bytes: the same cuts
+    /// (added tokens, then the split pattern), without merging.
+    pub(crate) fn longest_piece(&self, text: &str) -> usize {
+        let mut longest = 0;
+        self.texts(text, &mut |text| {
+            longest = longest.max(self.splitter.longest_piece(text));
+            false
+        });
+        longest
+    }
+
+    /// The first piece [`Self::encode`] would merge that is longer than `limit`, by length.
+    pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
+        let mut over = None;
+        self.texts(text, &mut |text| {
+            over = over.or_else(|| self.splitter.piece_over(text, limit));
+            over.is_some()
+        });
+        over
+    }
+
+    /// Calls `each` with the text between added tokens (both passes) until it says stop.
+    fn texts(&self, text: &str, each: &mut impl FnMut(&str) -> bool) {
+        let mut stop = false;
+        self.added[0].split(text, &mut |segment| {
+            if let (false, Segment::Text(rest)) = (stop, segment) {
+                self.added[1].split(rest, &mut |segment| {
+                    if let (false, Segment::Text(text)) = (stop, segment) {
+                        stop = each(text);
+                    }
+                });
+            }
+        });
+    }
+
     fn piece(&self, bytes: &[u8], ids: &mut Vec<u32>, scratch: &mut Scratch) {
         if let Some(&id) = self.words.get(bytes) {
             ids.push(id);

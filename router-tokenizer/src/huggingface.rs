@@ -201,6 +201,17 @@ impl HuggingFaceTokenizer {
         self.describe.to_string()
     }
 
+    /// The longest piece its pre-tokenizer cuts `text` into, in bytes, when that can be
+    /// measured without the crate's pipeline (the `hf_fast.rs` shapes); `None` otherwise.
+    pub(crate) fn longest_piece(&self, text: &str) -> Option<usize> {
+        self.fast.as_ref().map(|fast| fast.longest_piece(text))
+    }
+
+    /// The first piece over `limit` ([`crate::Tokenizer::piece_over`]), when measurable.
+    pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<Option<usize>> {
+        self.fast.as_ref().map(|fast| fast.piece_over(text, limit))
+    }
+
     pub(crate) fn longest_token_bytes(&self) -> Option<usize> {
         self.longest
     }

@@ -6,11 +6,13 @@
 //!   prompt or chat `messages`, `max_tokens`, `stream`), read with errors naming the field,
 //!   and the plain chat rendering ([`render_chat`]).
 //! - `prompter`: the [`Prompter`], a tokenizer plus a chat rendering: parse, render,
-//!   tokenize (short text inline, long text on a blocking thread).
+//!   tokenize (short text inline, long text on a blocking thread), and the
+//!   [`TokenizeGate`] that bounds concurrent tokenizer work.
 //! - `tokenizer`: the [`Tokenizer`] (tiktoken's encodings or a HuggingFace `tokenizer.json`).
 //! - `huggingface` (a `tokenizer.json`), `hf_fast` (usual byte-level BPE files, faster;
 //!   tested in `hf_fast_tests.rs`), `o200k` (the default encoding without fancy-regex),
-//!   `pretokenize` (split patterns on regex-automata), `split` (long text encoded in
+//!   `pretokenize` (split patterns on regex-automata; the longest piece and [`longest_run`]
+//!   the input limits bound), `split` (long text encoded in
 //!   parallel pieces, with the same ids as whole).
 //! - `chat_template`: Jinja chat templates rendered as HuggingFace's `apply_chat_template`.
 //! - `model_dir`: a model directory's tokenizer and chat template, loaded as vLLM loads them.
@@ -34,8 +36,11 @@ pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use error::PromptError;
 pub use huggingface::{HuggingFaceTokenizer, SpecialTokens};
 pub use model_dir::ModelDirError;
-pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter};
-pub use request::{PromptInput, RequestBody, byte_pieces, render_chat};
+pub use pretokenize::longest_run;
+pub use prompter::{INLINE_TOKENIZE_MAX_BYTES, Prompter, TokenizeGate, TokenizerBusy};
+pub use request::{
+    MAX_SEQUENCES, PromptInput, RequestBody, byte_pieces, render_chat, render_request,
+};
 /// The OpenAI route a request came in on: router-core's one enum of routes.
 pub use router_core::Endpoint;
 pub use split::{SPLIT_MIN_BYTES, pieces};

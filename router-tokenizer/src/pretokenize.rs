@@ -76,6 +76,41 @@ impl Splitter {
         }
     }
 
+    /// The longest piece of `text` in bytes (0 for empty text): what [`Self::split`] would
+    /// give, measured without keeping the pieces. Linear in the text, no allocation.
+    pub(crate) fn longest_piece(&self, text: &str) -> usize {
+        let mut longest = 0;
+        self.split(text, |piece| longest = longest.max(piece.len()));
+        longest
+    }
+
+    /// The first piece of `text` longer than `limit` bytes, by its length; `None` when every
+    /// piece is within it. Stops at that piece (a refusal costs no more than the scan to it).
+    pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
+        let mut at = 0;
+        let mut gap: Option<usize> = None;
+        while at < text.len() {
+            match self.piece_end(text, at) {
+                Some(end) => {
+                    if let Some(start) = gap.take()
+                        && at - start > limit
+                    {
+                        return Some(at - start);
+                    }
+                    if end - at > limit {
+                        return Some(end - at);
+                    }
+                    at = end;
+                }
+                None => {
+                    gap.get_or_insert(at);
+                    at += text[at..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+        }
+        gap.map(|start| text.len() - start).filter(|&n| n > limit)
+    }
+
     /// Where the piece starting at `at` ends, if one starts there.
     fn piece_end(&self, text: &str, at: usize) -> Option<usize> {
         let input = Input::new(text).range(at..).anchored(Anchored::Yes);
@@ -104,6 +139,58 @@ impl Splitter {
     }
 }
 
+/// What kind of character continues a run ([`longest_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Letter,
+    Digit,
+    Space,
+    Other,
+}
+
+/// `None`: a combining mark (variation selectors among them) or a format character (ZWJ,
+/// ZWNJ), which continues whatever run it follows.
+fn kind(c: char) -> Option<Kind> {
+    use unicode_categories::UnicodeCategories;
+    if !c.is_ascii() && (c.is_mark() || c.is_other_format()) {
+        None
+    } else if c.is_alphabetic() {
+        Some(Kind::Letter)
+    } else if c.is_numeric() {
+        Some(Kind::Digit)
+    } else if c.is_whitespace() {
+        Some(Kind::Space)
+    } else {
+        Some(Kind::Other)
+    }
+}
+
+/// The longest run of characters of one kind (letters, digits, whitespace, anything else)
+/// in `text`, in bytes, a combining mark or joiner continuing the run it follows (`a` +
+/// U+0301 repeated is one run, as o200k makes it one piece). The bound of the input limits
+/// for a tokenizer whose pieces cannot be measured ([`crate::Tokenizer::longest_piece`]):
+/// a whitespace-, punctuation- or script-splitting pre-tokenizer keeps no piece much longer.
+pub fn longest_run(text: &str) -> usize {
+    let mut longest = 0;
+    let mut run = 0;
+    let mut last = None;
+    for c in text.chars() {
+        match kind(c) {
+            Some(k) if last == Some(k) => run += c.len_utf8(),
+            Some(k) => {
+                run = c.len_utf8();
+                last = Some(k);
+            }
+            None => {
+                run += c.len_utf8();
+                last = last.or(Some(Kind::Other));
+            }
+        }
+        longest = longest.max(run);
+    }
+    longest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +210,43 @@ mod tests {
         );
         assert_eq!(pieces(&s, "a\n\n  b"), vec!["a", "\n\n", " ", " b"]);
         assert!(Splitter::new(r"\w+|\s+(?!\S)|\s+").is_none());
+    }
+
+    #[test]
+    fn the_longest_run_is_of_one_kind_of_character_in_bytes_marks_joining_it() {
+        assert_eq!(longest_run(""), 0);
+        assert_eq!(longest_run("ab, cd"), 2);
+        assert_eq!(longest_run("a    b"), 4);
+        assert_eq!(longest_run("x1234567y"), 7);
+        assert_eq!(longest_run("-----=====  ab"), 10);
+        // Letters of any script count together; bytes, not characters.
+        assert_eq!(longest_run("東京abc"), 9);
+        // Combining marks, variation selectors and joiners continue the run they follow.
+        assert_eq!(longest_run(&"a\u{301}".repeat(10)), 30);
+        assert_eq!(longest_run("\u{301}\u{301}x"), 4);
+        assert_eq!(longest_run("❤\u{fe0f}\u{200d}🔥 a"), 13);
+        assert_eq!(longest_run("ab\u{200c}cd 1"), 7);
+    }
+
+    #[test]
+    fn the_longest_piece_follows_each_patterns_rules_for_marks_and_digits() {
+        let o200k = Splitter::new(tiktoken_rs::O200K_BASE_PAT_STR).expect("known");
+        let llama3 = Splitter::new(LLAMA3).expect("known");
+        // o200k joins letters and combining marks into one piece; Llama 3's `\p{L}+` does not.
+        let marked = "a\u{301}".repeat(100);
+        assert_eq!(o200k.longest_piece(&marked), marked.len());
+        assert_eq!(llama3.longest_piece(&marked), 3);
+        // Digits: three at most a piece in both.
+        assert_eq!(o200k.longest_piece(&"7".repeat(50)), 3);
+        assert_eq!(llama3.longest_piece("ab 1234567 cd"), 3);
+        assert_eq!(o200k.longest_piece(""), 0);
+        // The first piece over a limit, by its length; none within it.
+        let text = format!("ab {marked} cd");
+        assert_eq!(o200k.piece_over(&text, 200), Some(marked.len() + 1));
+        assert_eq!(o200k.piece_over(&text, 301), None);
+        assert_eq!(llama3.piece_over(&text, 3), None);
+        // o200k keeps newlines and slashes after a symbol in its piece: `!` then `\n/` runs.
+        let slashes = format!("!{}", "\n/".repeat(50));
+        assert_eq!(o200k.longest_piece(&slashes), slashes.len());
     }
 }

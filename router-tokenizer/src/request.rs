@@ -5,12 +5,16 @@
 //! strings, an array of token ids, or an array of token-id arrays; a batch is counted as the
 //! concatenation of its parts), `messages` (chat: objects with a string `role` and a
 //! `content` that is a string, null, or an array of parts whose `text` strings count),
-//! `max_tokens` (or `max_completion_tokens` for chat; a non-negative integer) and `stream`
+//! `max_tokens` and `max_completion_tokens` (non-negative integers; the larger counts, so a
+//! client cannot book one output token and have the engine generate the other), `n` and
+//! `best_of` (the sequences generated per prompt, 1 to [`MAX_SEQUENCES`]) and `stream`
 //! (bool). Every other field stays in [`RequestBody::body`] untouched.
 //!
 //! Chat rendering (what the router hashes and counts, not what the worker sees): by default
-//! each message becomes `"<role>: <content>\n"`, followed by `"assistant:"` ([`render_chat`]);
-//! with a configured chat template, the template's rendering ([`crate::ChatTemplate`]).
+//! each message becomes `"<role>: <content>\n"`, followed by `"assistant:"` ([`render_chat`]),
+//! and the request's `tools` definitions after them, so they count ([`render_request`]); with
+//! a configured chat template, the template's rendering ([`crate::ChatTemplate`]), which gets
+//! the tools itself.
 
 use crate::error::PromptError;
 use router_core::Endpoint;
@@ -25,13 +29,20 @@ pub enum PromptInput {
     Tokens(Vec<u32>),
 }
 
+/// Most sequences one request may ask the engine for (`n` or `best_of`, per prompt).
+pub const MAX_SEQUENCES: u64 = 128;
+
 /// The fields of an OpenAI request body that say what to run.
 #[derive(Debug, Clone)]
 pub struct RequestBody {
     pub endpoint: Endpoint,
     pub model: String,
     pub stream: bool,
+    /// Output tokens per sequence: the larger of `max_tokens` and `max_completion_tokens`.
     pub max_tokens: Option<u64>,
+    /// Sequences the engine generates: the larger of `n` and `best_of`, times the prompts of
+    /// a completion's batch. Every one of them holds decode KV.
+    pub sequences: u64,
     pub prompt: PromptInput,
     /// The body as received.
     pub body: Map<String, Value>,
@@ -41,14 +52,15 @@ impl RequestBody {
     /// Parses `bytes` as a request for `endpoint` (chat rendered plainly, [`render_chat`]);
     /// errors name the offending field.
     pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, PromptError> {
-        Self::parse_with(endpoint, bytes, render_chat)
+        Self::parse_with(endpoint, bytes, render_request)
     }
 
-    /// [`RequestBody::parse`] with chat `messages` rendered by `render`.
+    /// [`RequestBody::parse`] with a chat request rendered by `render` (given the whole body:
+    /// `messages`, `tools` and the template's other inputs).
     pub fn parse_with(
         endpoint: Endpoint,
         bytes: &[u8],
-        render: impl FnOnce(Option<&Value>) -> Result<String, PromptError>,
+        render: impl FnOnce(&Map<String, Value>) -> Result<String, PromptError>,
     ) -> Result<Self, PromptError> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| PromptError::field("body", format!("not valid JSON: {e}")))?;
@@ -66,21 +78,24 @@ impl RequestBody {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(PromptError::field("stream", "must be a boolean")),
         };
-        let mut max_tokens = optional_u64(&body, "max_tokens")?;
-        let prompt = match endpoint {
+        let max_tokens = match (
+            optional_u64(&body, "max_tokens")?,
+            optional_u64(&body, "max_completion_tokens")?,
+        ) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let per_prompt = sequences(&body, "n")?.max(sequences(&body, "best_of")?);
+        let (prompt, prompts) = match endpoint {
             Endpoint::Completions => parse_prompt(body.get("prompt"))?,
-            Endpoint::Chat => {
-                if max_tokens.is_none() {
-                    max_tokens = optional_u64(&body, "max_completion_tokens")?;
-                }
-                PromptInput::Text(vec![render(body.get("messages"))?])
-            }
+            Endpoint::Chat => (PromptInput::Text(vec![render(&body)?]), 1),
         };
         Ok(Self {
             endpoint,
             model,
             stream,
             max_tokens,
+            sequences: per_prompt.saturating_mul(prompts),
             prompt,
             body,
         })
@@ -95,6 +110,18 @@ fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, P
             .map(Some)
             .ok_or_else(|| PromptError::field(field, "must be a non-negative integer")),
         Some(_) => Err(PromptError::field(field, "must be a non-negative integer")),
+    }
+}
+
+/// `n` or `best_of`: absent or null is 1.
+fn sequences(body: &Map<String, Value>, field: &str) -> Result<u64, PromptError> {
+    match optional_u64(body, field) {
+        Ok(None) => Ok(1),
+        Ok(Some(n)) if (1..=MAX_SEQUENCES).contains(&n) => Ok(n),
+        _ => Err(PromptError::field(
+            field,
+            format!("must be an integer from 1 to {MAX_SEQUENCES}"),
+        )),
     }
 }
 
@@ -113,23 +140,25 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, PromptError> {
         .collect()
 }
 
-fn parse_prompt(prompt: Option<&Value>) -> Result<PromptInput, PromptError> {
+/// A completion's prompt and how many prompts its batch holds.
+fn parse_prompt(prompt: Option<&Value>) -> Result<(PromptInput, u64), PromptError> {
     const SHAPE: &str = "must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
     let items = match prompt {
         None => return Err(PromptError::field("prompt", "is required")),
-        Some(Value::String(s)) => return Ok(PromptInput::Text(vec![s.clone()])),
+        Some(Value::String(s)) => return Ok((PromptInput::Text(vec![s.clone()]), 1)),
         Some(Value::Array(items)) => items,
         Some(_) => return Err(PromptError::field("prompt", SHAPE)),
     };
+    let batch = items.len() as u64;
     match items.first() {
         None => Err(PromptError::field("prompt", "must not be an empty array")),
         Some(Value::String(_)) => items
             .iter()
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
-            .map(PromptInput::Text)
+            .map(|parts| (PromptInput::Text(parts), batch))
             .ok_or_else(|| PromptError::field("prompt", SHAPE)),
-        Some(Value::Number(_)) => token_ids(items).map(PromptInput::Tokens),
+        Some(Value::Number(_)) => token_ids(items).map(|ids| (PromptInput::Tokens(ids), 1)),
         Some(Value::Array(_)) => {
             let mut all = Vec::new();
             for item in items {
@@ -138,7 +167,7 @@ fn parse_prompt(prompt: Option<&Value>) -> Result<PromptInput, PromptError> {
                 };
                 all.extend(token_ids(ids)?);
             }
-            Ok(PromptInput::Tokens(all))
+            Ok((PromptInput::Tokens(all), batch))
         }
         Some(_) => Err(PromptError::field("prompt", SHAPE)),
     }
@@ -203,6 +232,28 @@ pub fn render_chat(messages: Option<&Value>) -> Result<String, PromptError> {
     Ok(out)
 }
 
+/// A chat request as the plain rendering counts it: its `messages` ([`render_chat`]), then
+/// its `tools` definitions as their JSON text, which the engine's template puts in the prompt
+/// too.
+pub fn render_request(body: &Map<String, Value>) -> Result<String, PromptError> {
+    let mut text = render_chat(body.get("messages"))?;
+    append_tools(&mut text, body)?;
+    Ok(text)
+}
+
+/// Appends `tools` (an array of definitions) to a plain rendering.
+fn append_tools(text: &mut String, body: &Map<String, Value>) -> Result<(), PromptError> {
+    match body.get("tools") {
+        None | Some(Value::Null) => Ok(()),
+        Some(tools @ Value::Array(_)) => {
+            text.push_str("\ntools: ");
+            text.push_str(&tools.to_string());
+            Ok(())
+        }
+        Some(_) => Err(PromptError::field("tools", "must be an array")),
+    }
+}
+
 /// Text as 4-byte little-endian pieces: the count when a tokenizer cannot be used.
 pub fn byte_pieces(text: &str) -> impl Iterator<Item = u32> + '_ {
     text.as_bytes().chunks(4).map(|c| {
@@ -210,4 +261,88 @@ pub fn byte_pieces(text: &str) -> impl Iterator<Item = u32> + '_ {
         b[..c.len()].copy_from_slice(c);
         u32::from_le_bytes(b)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(endpoint: Endpoint, body: Value) -> Result<RequestBody, PromptError> {
+        RequestBody::parse(endpoint, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn the_larger_output_field_counts_on_both_routes() {
+        for endpoint in Endpoint::ALL {
+            let body = json!({"model": "m", "prompt": "p", "messages": [{"role": "user", "content": "x"}],
+                              "max_tokens": 1, "max_completion_tokens": 999_999_999});
+            assert_eq!(
+                parse(endpoint, body).expect("valid").max_tokens,
+                Some(999_999_999)
+            );
+            let body = json!({"model": "m", "prompt": "p", "messages": [{"role": "user", "content": "x"}],
+                              "max_completion_tokens": 7});
+            assert_eq!(parse(endpoint, body).expect("valid").max_tokens, Some(7));
+        }
+    }
+
+    #[test]
+    fn sequences_are_n_or_best_of_times_the_prompts_of_a_batch() {
+        let cases = [
+            (json!({"prompt": "p"}), 1),
+            (json!({"prompt": "p", "n": 3}), 3),
+            (json!({"prompt": "p", "n": 2, "best_of": 5}), 5),
+            (json!({"prompt": ["a", "b", "c"], "n": 2}), 6),
+            (json!({"prompt": [[1, 2], [3]], "best_of": 4}), 8),
+            (json!({"prompt": [1, 2, 3], "n": 2}), 2),
+        ];
+        for (mut body, sequences) in cases {
+            body["model"] = json!("m");
+            let parsed = parse(Endpoint::Completions, body.clone()).expect("valid");
+            assert_eq!(parsed.sequences, sequences, "{body}");
+        }
+        for bad in [
+            json!(0),
+            json!(MAX_SEQUENCES + 1),
+            json!("2"),
+            json!(-1),
+            json!(1.5),
+        ] {
+            for field in ["n", "best_of"] {
+                let mut body = json!({"model": "m", "prompt": "p"});
+                body[field] = bad.clone();
+                let err = parse(Endpoint::Completions, body).expect_err("out of range");
+                assert_eq!(err.field, field);
+            }
+        }
+    }
+
+    #[test]
+    fn tools_count_in_the_plain_rendering() {
+        let messages = json!([{"role": "user", "content": "weather?"}]);
+        let tools =
+            json!([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]);
+        let plain =
+            parse(Endpoint::Chat, json!({"model": "m", "messages": messages})).expect("valid");
+        let with = parse(
+            Endpoint::Chat,
+            json!({"model": "m", "messages": messages, "tools": tools}),
+        )
+        .expect("valid");
+        let (PromptInput::Text(plain), PromptInput::Text(with)) = (plain.prompt, with.prompt)
+        else {
+            panic!("chat is text");
+        };
+        assert!(
+            with[0].starts_with(&plain[0]) && with[0].contains("get_weather"),
+            "{with:?}"
+        );
+        let err = parse(
+            Endpoint::Chat,
+            json!({"model": "m", "messages": messages, "tools": "x"}),
+        )
+        .expect_err("tools must be an array");
+        assert_eq!(err.field, "tools");
+    }
 }

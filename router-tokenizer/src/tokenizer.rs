@@ -19,6 +19,7 @@
 
 use crate::huggingface::HuggingFaceTokenizer;
 use crate::o200k;
+use crate::pretokenize::{self, Splitter};
 use crate::request::byte_pieces;
 use crate::split;
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,22 @@ impl TiktokenEncoding {
                 .max()
                 .unwrap_or(1)
         });
+    }
+
+    /// The splitter of this encoding's pre-tokenizer pieces. `o200k_base` runs its own
+    /// pattern; `cl100k_base` is measured with Llama 3's pattern and `r50k_base` /
+    /// `p50k_base` with GPT-2's: the same pieces, written without tiktoken's possessive
+    /// quantifiers (`pretokenize.rs`). `None` should a splitter not build.
+    fn splitter(self) -> Option<&'static Splitter> {
+        static SPLITTERS: [OnceLock<Option<Splitter>>; 4] = [const { OnceLock::new() }; 4];
+        let pattern = match self {
+            Self::O200kBase => tiktoken_rs::O200K_BASE_PAT_STR,
+            Self::Cl100kBase => pretokenize::LLAMA3,
+            Self::R50kBase | Self::P50kBase => pretokenize::GPT2,
+        };
+        SPLITTERS[self as usize]
+            .get_or_init(|| Splitter::new(pattern))
+            .as_ref()
     }
 
     fn build(self) -> &'static tiktoken_rs::CoreBPE {
@@ -206,6 +223,36 @@ impl Tokenizer {
             Self::Tiktoken(encoding) => encoding.longest_token_bytes(),
             Self::HuggingFace(hf) => hf.longest_token_bytes(),
         }
+    }
+
+    /// The longest piece this tokenizer's pre-tokenizer cuts `text` into, in bytes: the
+    /// longest stretch one BPE merge runs over, whose time and memory grow with it (tiktoken's
+    /// merge keeps some 50 bytes per byte of a piece; a piece cannot be encoded in parallel
+    /// parts). Measured by running the pre-tokenizer's own split pattern on `regex-automata`
+    /// (linear in the text, nothing kept): every tiktoken encoding, and a HuggingFace
+    /// tokenizer of the `hf_fast.rs` shapes (its added tokens cut first, as it encodes).
+    /// `None` for other HuggingFace pre-tokenizers, whose pieces [`crate::longest_run`]
+    /// bounds instead.
+    pub fn longest_piece(&self, text: &str) -> Option<usize> {
+        match self {
+            Self::Tiktoken(encoding) => encoding.splitter().map(|s| s.longest_piece(text)),
+            Self::HuggingFace(hf) => hf.longest_piece(text),
+        }
+    }
+
+    /// The first piece of `text` longer than `limit` bytes, by its length, or `None` when
+    /// none is: [`Self::longest_piece`]'s pieces, stopping at the first one over; for a
+    /// tokenizer whose pieces cannot be measured, the first run of [`crate::longest_run`]
+    /// over it. Text of at most `limit` bytes is not scanned.
+    pub fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
+        if text.len() <= limit {
+            return None;
+        }
+        let measured = match self {
+            Self::Tiktoken(encoding) => encoding.splitter().map(|s| s.piece_over(text, limit)),
+            Self::HuggingFace(hf) => hf.piece_over(text, limit),
+        };
+        measured.unwrap_or_else(|| Some(crate::longest_run(text)).filter(|&run| run > limit))
     }
 
     /// Builds anything built lazily (the tiktoken tables and their longest token); a

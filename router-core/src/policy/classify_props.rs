@@ -59,6 +59,7 @@ fn profile(rules: &[Rule]) -> PolicyProfile {
         request_queue_limit_per_worker: None,
         token_queue_limit_per_worker: None,
         never_queue: false,
+        engine_priority: None,
     };
     let classifiers = rules
         .iter()

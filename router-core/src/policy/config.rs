@@ -53,6 +53,10 @@ pub struct ClassConfig {
     /// Admit now or reject now: the class never waits in the queue.
     #[serde(default)]
     pub never_queue: bool,
+    /// The `priority` the router sets on the class's requests to the engine (vLLM's and
+    /// SGLang's own queue order); absent: the router sends none. Never the client's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_priority: Option<i64>,
 }
 
 /// Router-wide overload thresholds, each opt-in. A rank is over when any set threshold is

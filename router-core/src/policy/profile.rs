@@ -50,6 +50,8 @@ pub struct ClassPolicy {
     /// Admit now or reject now. Set by the `never_queue` key, and implied by any per-worker
     /// queue limit of 0 (a class that may store nothing must not fall into "reject all").
     pub never_queue: bool,
+    /// The engine `priority` the router sets on the class's requests (`None`: none sent).
+    pub engine_priority: Option<i64>,
 }
 
 impl ClassPolicy {
@@ -67,6 +69,7 @@ impl ClassPolicy {
             request_queue_limit_per_worker: None,
             token_queue_limit_per_worker: None,
             never_queue: true,
+            engine_priority: None,
         }
     }
 
@@ -367,6 +370,7 @@ fn validate_class(id: ClassId, raw: &ClassConfig) -> Result<ClassPolicy, PolicyE
         request_queue_limit_per_worker: raw.request_queue_limit_per_worker,
         token_queue_limit_per_worker: raw.token_queue_limit_per_worker,
         never_queue: raw.never_queue || zero_limit,
+        engine_priority: raw.engine_priority,
     })
 }
 

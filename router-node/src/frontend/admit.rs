@@ -6,6 +6,7 @@
 
 use super::AppState;
 use super::error::ApiError;
+use super::openai::ParsedRequest;
 use router_actors::{RouteError, RouterHandle};
 use router_core::{Admission, ClassId, Phase, Prompt, RequestId, RouteRequest};
 use tracing::Instrument as _;
@@ -19,20 +20,18 @@ pub(super) struct Class {
 }
 
 /// The route call of one request (or one leg) under `class`: its prompt (hashed once, in
-/// `handlers::prepare`) and its expected output (the client's `max_tokens`, else the
-/// default, capped).
+/// `handlers::prepare`) and its expected output (`ParsedRequest::expected_output`: every
+/// sequence it asks for).
 pub(super) fn route_request(
     state: &AppState,
     id: RequestId,
     class: &Class,
     phase: Phase,
     prompt: Prompt,
-    max_tokens: Option<u64>,
+    request: &ParsedRequest,
 ) -> RouteRequest {
     let mut route = RouteRequest::new(id, class.id, phase, prompt);
-    route.expected_output_tokens = max_tokens
-        .unwrap_or(state.limits.default_max_tokens)
-        .min(state.limits.max_expected_output_tokens);
+    route.expected_output_tokens = request.expected_output(&state.limits);
     route
 }
 

@@ -205,9 +205,10 @@ async fn prepare(
     let bytes = read_body(body, headers, limits).await?;
     let mut request: ParsedRequest = state.prompter.parse(endpoint, &bytes)?.into();
     drop(bytes);
+    request.take_engine_fields()?;
     limits.check_max_tokens(request.max_tokens)?;
     let tokenizer = state.prompter.tokenizer();
-    limits.check_prompt(&request.prompt, tokenizer.longest_token_bytes())?;
+    limits.check_prompt(&request.prompt, tokenizer)?;
     // Only now, with the whole body read and checked: a slow client never holds a permit.
     let permit = state
         .permits
@@ -220,7 +221,10 @@ async fn prepare(
     let forward_ids = state.forward_token_ids
         && endpoint == Endpoint::Completions
         && matches!(&prompt, PromptInput::Text(parts) if parts.len() == 1);
-    let tokens = state.prompter.tokenize_for(endpoint, prompt).await;
+    // Under the node's tokenizer gate: a 503 when no slot comes free in time.
+    let until = tokio::time::Instant::now() + limits.tokenize_wait();
+    let tokens = (state.prompter.tokenize_gated(endpoint, prompt, until).await)
+        .map_err(|busy| ApiError::tokenizer_saturated(&busy))?;
     limits.check_prompt_tokens(tokens.len())?;
     if forward_ids {
         request.set_prompt_ids(&tokens);
@@ -235,10 +239,8 @@ async fn prepare(
             class
         }
     };
-    let output = request
-        .max_tokens
-        .unwrap_or(state.limits.default_max_tokens)
-        .min(state.limits.max_expected_output_tokens);
+    request.set_engine_priority(state.profile.class(class.id).engine_priority);
+    let output = request.expected_output(&state.limits);
     auth::limit_tokens(key, tokens.len() as u64, output)?;
     // Hashed once, here: the pool's router actor does no hashing, and no leg clones tokens.
     let prompt = state.router.prompt(&tokens, None);
@@ -289,7 +291,7 @@ async fn admit_and_forward(
             class,
             Phase::Aggregated,
             prompt.clone(),
-            request.max_tokens,
+            &request,
         );
         placements.narrow(state, &mut route);
         let admission = admit(state, &state.router, class, route).await?;

@@ -1,10 +1,11 @@
 //! An OpenAI request as the frontend holds it: the body fields the tokenizer crate reads
 //! ([`router_tokenizer::RequestBody`]: `model`, the prompt or chat `messages`, `max_tokens`,
-//! `stream`; every other field forwarded to the worker untouched), the request's deadline,
-//! and the body the worker gets.
+//! `stream`; every other field forwarded to the worker untouched, except the engine-control
+//! fields only the router may set: [`REFUSED_FIELDS`], [`DROPPED_FIELDS`]), the request's
+//! deadline, and the body the worker gets.
 
 use super::error::ApiError;
-use super::limits::Deadline;
+use super::limits::{Deadline, Limits};
 use router_core::Endpoint;
 use router_tokenizer::{PromptError, PromptInput, RequestBody};
 use serde_json::{Map, Value};
@@ -15,7 +16,10 @@ pub struct ParsedRequest {
     pub endpoint: Endpoint,
     pub model: String,
     pub stream: bool,
+    /// Output tokens per sequence (the larger of `max_tokens` and `max_completion_tokens`).
     pub max_tokens: Option<u64>,
+    /// Sequences the engine generates (`n` or `best_of`, times a batch's prompts).
+    pub sequences: u64,
     pub prompt: PromptInput,
     /// The body as received.
     pub body: Map<String, Value>,
@@ -31,6 +35,7 @@ impl From<RequestBody> for ParsedRequest {
             model: request.model,
             stream: request.stream,
             max_tokens: request.max_tokens,
+            sequences: request.sequences,
             prompt: request.prompt,
             body: request.body,
             deadline: None,
@@ -44,11 +49,62 @@ impl From<PromptError> for ApiError {
     }
 }
 
+/// Engine-control fields a client may not send: a 400 names the field. `kv_transfer_params`
+/// would make an engine with a KV connector pull KV from a host the client names; SGLang's
+/// `bootstrap_*` would pair a decode worker with a prefill room the client picks. The router
+/// sets them itself on the legs of a disaggregated request.
+pub const REFUSED_FIELDS: [&str; 4] = [
+    "kv_transfer_params",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+];
+
+/// Engine-control fields dropped from a client's body: the engines' request ids (a client's
+/// could collide with another request's) and `priority` (the engine's own queue order, which
+/// would jump the router's classes; the router sets it from the class's `engine_priority`).
+pub const DROPPED_FIELDS: [&str; 3] = ["request_id", "rid", "priority"];
+
 impl ParsedRequest {
     /// Parses `bytes` as a request for `endpoint` (chat rendered plainly); errors (400s)
     /// name the offending field.
     pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, ApiError> {
-        Ok(RequestBody::parse(endpoint, bytes)?.into())
+        let mut request: Self = RequestBody::parse(endpoint, bytes)?.into();
+        request.take_engine_fields()?;
+        Ok(request)
+    }
+
+    /// Refuses the client's [`REFUSED_FIELDS`] and drops its [`DROPPED_FIELDS`]: only the
+    /// router talks to the engine in those.
+    pub fn take_engine_fields(&mut self) -> Result<(), ApiError> {
+        if let Some(field) = REFUSED_FIELDS.iter().find(|f| self.body.contains_key(**f)) {
+            return Err(ApiError::bad_field(
+                field,
+                "is set by the router, never by a client",
+            ));
+        }
+        for field in DROPPED_FIELDS {
+            self.body.remove(field);
+        }
+        Ok(())
+    }
+
+    /// The output tokens the engine may generate for this request as the router books and
+    /// rates it: per sequence the client's larger output field (else the node's default),
+    /// capped by `max_expected_output_tokens`, times the sequences it asks for.
+    pub fn expected_output(&self, limits: &Limits) -> u64 {
+        self.max_tokens
+            .unwrap_or(limits.default_max_tokens)
+            .min(limits.max_expected_output_tokens)
+            .saturating_mul(self.sequences.max(1))
+    }
+
+    /// The engine `priority` of the request's class (`None`: none is sent).
+    pub fn set_engine_priority(&mut self, priority: Option<i64>) {
+        match priority {
+            Some(p) => self.body.insert("priority".to_owned(), Value::from(p)),
+            None => self.body.remove("priority"),
+        };
     }
 
     /// Replaces the body's `prompt` with token ids, which the worker then uses instead of

@@ -79,7 +79,7 @@ impl PromptReader for TokenIds {
 }
 
 fn read_token_ids(endpoint: Endpoint, bytes: &[u8]) -> Result<PromptRequest, BadRequest> {
-    let no_chat = |_: Option<&Value>| {
+    let no_chat = |_: &Map<String, Value>| {
         Err(PromptError::field(
             "messages",
             "this worker reads token-id prompts only; chat needs a reader with a tokenizer",

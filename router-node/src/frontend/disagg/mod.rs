@@ -243,11 +243,13 @@ async fn vllm_decode(
     let mut staged = legs.route(state, id, Phase::Decode { staged: true });
     placements.narrow(state, &mut staged);
     let admission = admit(state, decode, legs.class, staged).await?;
+    // No await between the admission and its guard.
+    let booking = BookingGuard::new(decode.clone(), id, state.metrics.clone());
     hold.converted();
     drop(hold);
     let mut request = legs.request.clone();
     request.body.insert(KV_TRANSFER.to_owned(), params);
-    let first = (id, admission.rank.worker);
+    let first = (booking, admission.rank.worker);
     send_decode(
         state,
         decode,
@@ -260,36 +262,35 @@ async fn vllm_decode(
     .await
 }
 
-/// Sends the decode leg, booked as `first` (its id and worker, placed by `placements`), to
-/// its worker. When that worker refuses the connection (the guard released the booking),
-/// the leg is booked once more under a new id on another decode worker, with a concurrency
-/// permit taken again, and sent there.
+/// Sends the decode leg, booked as `first` (the guard of its booking and its worker, placed
+/// by `placements`), to its worker. When that worker refuses the connection (the guard
+/// released the booking), the leg is booked once more under a new id on another decode
+/// worker, its guard made at once, a concurrency permit taken again, and sent there.
 async fn send_decode(
     state: &AppState,
     decode: &RouterHandle,
     legs: &Legs<'_>,
     request: &ParsedRequest,
-    (first, mut placements): ((RequestId, WorkerId), Placements),
+    (first, mut placements): ((BookingGuard, WorkerId), Placements),
     permit: &mut Option<OwnedSemaphorePermit>,
     observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
-    let (mut id, mut worker) = first;
+    let (mut booking, mut worker) = first;
     loop {
-        let Some(held) = placement::permit(state, permit) else {
-            return Err(ApiError::saturated(state.limits.max_concurrent_requests));
-        };
-        let guard = BookingGuard::new(decode.clone(), id, state.metrics.clone()).with_permit(held);
+        // Saturated meanwhile: the guard, dropped, releases the booking.
+        let guard = placement::permitted(state, booking, permit)?;
         let target = decode_target(worker);
         match forward(state, request, target, legs.headers, guard, observer).await {
             Err(e) if never_reached(&e) => {
                 placements.refused(state, legs.class, "decode", e.clone())?;
-                id = RequestId(uuid::Uuid::now_v7());
+                let id = RequestId(uuid::Uuid::now_v7());
                 let mut route = legs.route(state, id, Phase::Decode { staged: true });
                 placements.narrow(state, &mut route);
                 // No room elsewhere: the refusal is the answer.
                 let admission = admit(state, decode, legs.class, route)
                     .await
                     .map_err(|_| e)?;
+                booking = BookingGuard::new(decode.clone(), id, state.metrics.clone());
                 worker = admission.rank.worker;
             }
             answer => {
@@ -328,7 +329,7 @@ impl Legs<'_> {
             self.class,
             phase,
             self.prompt.clone(),
-            self.request.max_tokens,
+            &self.request,
         )
     }
 }
