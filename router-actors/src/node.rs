@@ -83,6 +83,10 @@ pub struct NodeConfig {
     pub selection: SelectionConfig,
     pub prefix: PrefixMode,
     pub reservation_lease: Duration,
+    /// How long an own booking may live before the router releases it as leaked
+    /// (`SchedulerConfig::booking_lease`; `None`: as long as it is booked). A router node sets
+    /// it past its request deadline, which every booking's release precedes.
+    pub booking_lease: Option<Duration>,
     pub recheck_every: Duration,
     /// Own deltas waiting for peer sync, per pool; overflow is dropped and counted.
     pub delta_queue: usize,
@@ -127,6 +131,7 @@ impl NodeConfig {
             selection: SelectionConfig::default(),
             prefix: PrefixMode::Events,
             reservation_lease: Duration::from_secs(30),
+            booking_lease: None,
             recheck_every: Duration::from_secs(1),
             delta_queue: 100_000,
             peer_sync: PeerSyncConfig::default(),
@@ -196,18 +201,21 @@ impl Node {
         let mut inflight = Vec::new();
         for &pool in config.topology.pools() {
             let slot = ActorSlot::empty();
+            let registry = InflightRegistry::default();
             // A route call waits at most the longest class wait, plus a call's timeout.
+            // Releases are recorded in the registry every incarnation restores from.
             let handle = RouterHandle::from_slot(slot.clone(), clock)
                 .with_block_size(config.block_size)
                 .with_call_timeout(config.call_timeout)
-                .with_route_timeout(config.profile.longest_wait() + config.call_timeout);
+                .with_route_timeout(config.profile.longest_wait() + config.call_timeout)
+                .with_inflight(registry.clone());
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
             // Peer sync says when the starting snapshots are in; the router admits from then.
             let (ready_tx, ready_rx) = watch::channel(false);
-            let registry = InflightRegistry::default();
             let kv_index = SharedKvIndex::default();
             let mut scheduler = SchedulerConfig::new(pool, config.router_id);
             scheduler.reservation_lease = config.reservation_lease;
+            scheduler.booking_lease = config.booking_lease;
             scheduler.selection = config.selection;
             scheduler.seed = config.seed;
             scheduler.decode_reservations = config.decode_reservations;

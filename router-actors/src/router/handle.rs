@@ -2,10 +2,12 @@
 //! prefill actor call. `route` stamps the arrival time before the message is sent, so time
 //! spent in the mailbox counts against the class deadline. Every other call waits at most the
 //! handle's call timeout (`CallError::Timeout`), so a stuck actor never hangs its caller.
+//! A handle given the node's in-flight registry records each release there before casting
+//! it, so a release sent while the actor restarts is applied by the next incarnation.
 
 use super::{OwnState, OwnerDigest, RouterMsg, RouterSnapshot};
 use crate::clock::Clock;
-use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, ask};
+use crate::supervisor::{ActorSlot, CallError, DEFAULT_CALL_TIMEOUT, InflightRegistry, ask};
 use ractor::ActorRef;
 use router_core::{
     Admission, ClassId, DecodeReservation, Prompt, RejectReason, RequestId, RouteRequest, RouterId,
@@ -52,6 +54,8 @@ pub struct RouterHandle {
     route_timeout: Option<Duration>,
     /// The pool's tokens per KV block: callers hash prompts with it ([`Self::prompt`]).
     block_size: u32,
+    /// The actor's in-flight registry, where releases are recorded ([`Self::release`]).
+    inflight: Option<InflightRegistry>,
 }
 
 /// A pool's block size until the node says otherwise (the router config's default).
@@ -70,7 +74,16 @@ impl RouterHandle {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             route_timeout: None,
             block_size: DEFAULT_BLOCK_SIZE,
+            inflight: None,
         }
+    }
+
+    /// The same handle, recording releases in `registry`, the in-flight registry its actor
+    /// restores from (`RouterArgs::inflight`): a release sent between two incarnations is
+    /// applied by the next one instead of being lost.
+    pub fn with_inflight(mut self, registry: InflightRegistry) -> Self {
+        self.inflight = Some(registry);
+        self
     }
 
     /// The same handle, for a pool of `block_size` tokens per KV block.
@@ -143,8 +156,17 @@ impl RouterHandle {
         self.cast(RouterMsg::PrefillDone(id))
     }
 
+    /// Ends the booking of `id`. With an in-flight registry ([`Self::with_inflight`]) the
+    /// release is recorded there first and always succeeds: the running actor, or the next
+    /// one when it is restarting, applies it.
     pub fn release(&self, id: RequestId) -> Result<(), ActorGone> {
-        self.cast(RouterMsg::Release(id))
+        let Some(registry) = &self.inflight else {
+            return self.cast(RouterMsg::Release(id));
+        };
+        registry.end(id);
+        // A wake-up: the actor applies what is recorded before any message.
+        let _ = self.cast(RouterMsg::Release(id));
+        Ok(())
     }
 
     pub fn cancel(&self, id: RequestId) -> Result<(), ActorGone> {

@@ -217,6 +217,7 @@ impl Actor for RouterActor {
             spawn_peers_listener(myself.clone(), credits.peers.clone());
         }
         state.restore(restore);
+        state.apply_recorded_releases();
         if !args.recheck_every.is_zero() {
             myself.send_interval(args.recheck_every, || RouterMsg::Tick);
         }
@@ -237,6 +238,8 @@ impl Actor for RouterActor {
         msg: RouterMsg,
         state: &mut RouterState,
     ) -> Result<(), ActorProcessingErr> {
+        // Releases recorded by handles first (one sent while this actor was starting).
+        state.apply_recorded_releases();
         match msg {
             RouterMsg::Route {
                 request,

@@ -39,6 +39,9 @@ pub struct RouterCounters {
     pub abandoned: u64,
     pub worker_errors: u64,
     pub reservations_lost: u64,
+    /// Own bookings released by their lease: booked a lease term ago and never released
+    /// (a leak the lease ended).
+    pub leases_expired: u64,
     /// Requests refused because the starting node already held `MAX_HELD` of them.
     pub refused_not_ready: u64,
     /// Room-credit messages dropped because the credit courier's queue was full (periodic
@@ -150,8 +153,30 @@ impl RouterState {
     /// Books this router's own in-flight requests again after a restart; those on ranks not
     /// known yet wait for their worker's next announcement.
     pub(super) fn restore(&mut self, bookings: Vec<(RequestId, Booking)>) {
-        let pending = self.router.restore(bookings);
+        let pending = self.router.restore(bookings, self.clock.now());
         self.pending_restore.extend(pending);
+    }
+
+    /// Applies the releases handles recorded in the in-flight registry (see its module doc):
+    /// when the actor starts, and before each message.
+    pub(super) fn apply_recorded_releases(&mut self) {
+        let ended = match &self.inflight {
+            Some(registry) => registry.take_ended(),
+            None => return,
+        };
+        for id in ended {
+            self.release(id);
+        }
+    }
+
+    /// Releases own bookings whose lease ended (leaked: never released by their caller).
+    fn expire_leases(&mut self, now: Timestamp) {
+        let expired = self.router.expire_leases(now);
+        for request in expired {
+            tracing::warn!(%request, "a booking outlived its lease: released");
+            self.counters.leases_expired += 1;
+            self.emit(BookingDelta::Release { request });
+        }
     }
 
     fn room(&self) -> Option<Arc<RoomSnapshot>> {
@@ -287,7 +312,9 @@ impl RouterState {
     pub(super) fn tick(&mut self) {
         self.armed = None;
         self.credit_tick();
-        let outcomes = self.router.expire(self.clock.now());
+        let now = self.clock.now();
+        self.expire_leases(now);
+        let outcomes = self.router.expire(now);
         self.settle_all(outcomes);
         self.drain();
     }
@@ -447,10 +474,7 @@ impl RouterState {
                 self.published_epoch = Some(ledger.epoch());
             }
         }
-        let next = match (
-            self.router.scheduler().next_deadline(),
-            self.credit_deadline(),
-        ) {
+        let next = match (self.router.next_deadline(), self.credit_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -292,3 +292,39 @@ async fn a_route_call_gives_up_at_its_timeout_and_the_request_is_never_booked() 
     assert_eq!(snap.scheduler.ledger.bookings, 0);
     assert_eq!(snap.counters.rolled_back, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_booking_never_released_is_released_by_its_lease_and_published() {
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut a = args(PoolRole::Aggregated, Clock::start());
+    a.config.scheduler.booking_lease = Some(Duration::from_secs(60));
+    a.deltas = Some(tx);
+    let router = spawn(a).await;
+    admitted(router.route(request(1, 2, 1, Phase::Aggregated)).await);
+    admitted(router.route(request(2, 2, 2, Phase::Aggregated)).await);
+    router.release(RequestId::from_u128(2)).expect("alive");
+    tokio::time::advance(Duration::from_millis(59_999)).await;
+    settle().await;
+    let snap = router.observe().await.expect("alive");
+    assert_eq!(snap.scheduler.ledger.bookings, 1, "not yet due");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    let snap = router.observe().await.expect("alive");
+    assert!(
+        snap.scheduler.ledger.is_idle(),
+        "{:?}",
+        snap.scheduler.ledger
+    );
+    assert_eq!(snap.counters.leases_expired, 1);
+    let mut released = Vec::new();
+    while let Ok(own) = rx.try_recv() {
+        if let crate::wire::BookingDelta::Release { request } = own.delta {
+            released.push(request);
+        }
+    }
+    assert_eq!(
+        released,
+        vec![RequestId::from_u128(2), RequestId::from_u128(1)],
+        "the expired booking's release reaches peer sync"
+    );
+}

@@ -1,16 +1,29 @@
 //! The node's in-flight registry: this router's own live bookings and the workers its pool
 //! knows, kept outside the RouterActor so that a restarted actor starts with its workers and
 //! books its requests again (no leak, no double count, no window without workers).
+//!
+//! Releases are recorded here by the [`RouterHandle`](crate::RouterHandle) before it casts
+//! them ([`InflightRegistry::end`]): a release sent while the actor restarts (to no actor, or
+//! to one that failed with it still in its mailbox) is neither restored by the next
+//! incarnation nor lost by it, which applies what is recorded when it starts and before each
+//! message it handles ([`InflightRegistry::take_ended`]).
 
 use router_core::ledger::Booking;
 use router_core::{RequestId, WorkerId, WorkerSpec};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// Releases recorded and not yet applied by an actor, at most (past it, the oldest are
+/// dropped: their bookings are out of the registry already, and a live ledger's copy expires
+/// with its lease).
+const MAX_ENDED: usize = 65_536;
+
 #[derive(Debug, Default)]
 struct Inner {
     bookings: HashMap<RequestId, Booking>,
     workers: HashMap<WorkerId, WorkerSpec>,
+    /// Releases recorded by handles, for the actor to apply.
+    ended: Vec<RequestId>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -31,6 +44,26 @@ impl InflightRegistry {
 
     pub fn released(&self, request: RequestId) {
         self.lock().bookings.remove(&request);
+    }
+
+    /// A caller released `request` (the handle, before it casts the release): no later start
+    /// restores it, and the actor applies the release at its next message.
+    pub fn end(&self, request: RequestId) {
+        let mut inner = self.lock();
+        inner.bookings.remove(&request);
+        if inner.ended.len() >= MAX_ENDED {
+            inner.ended.remove(0);
+        }
+        inner.ended.push(request);
+    }
+
+    /// The releases recorded since the last call, in order, for the actor to apply.
+    pub fn take_ended(&self) -> Vec<RequestId> {
+        let mut inner = self.lock();
+        if inner.ended.is_empty() {
+            return Vec::new();
+        }
+        std::mem::take(&mut inner.ended)
     }
 
     pub fn worker_up(&self, spec: WorkerSpec) {

@@ -1,7 +1,7 @@
 //! Supervision: a RouterActor that fails mid-load is restarted behind the same handle with its
 //! own in-flight bookings restored (nothing leaks, nothing counts twice), and a child that
-//! keeps failing makes the supervisor escalate. Calls through a slot end: a stuck actor times
-//! out, a missing one is gone.
+//! keeps failing makes the supervisor escalate; a release sent during the restart is applied
+//! by the next actor. Calls through a slot end: a stuck actor times out, a missing one is gone.
 
 use super::*;
 use crate::clock::Clock;
@@ -96,6 +96,65 @@ async fn a_router_that_fails_mid_load_is_restarted_with_its_bookings_and_nothing
     for id in 1..=3 {
         router.release(RequestId::from_u128(id)).expect("alive");
     }
+    let snap = router.observe().await.expect("alive");
+    assert!(
+        snap.scheduler.ledger.is_idle(),
+        "{:?}",
+        snap.scheduler.ledger
+    );
+    assert!(inflight.is_empty());
+}
+
+/// Releases sent while the router restarts: one into the failing actor's mailbox, one while
+/// no actor runs. Neither is lost nor restored: the new actor holds only the booking still
+/// live, and ends idle once that one is released.
+#[tokio::test(start_paused = true)]
+async fn a_release_sent_while_the_router_restarts_is_applied_by_the_next_actor() {
+    let clock = Clock::start();
+    let inflight = InflightRegistry::default();
+    let slot = ActorSlot::empty();
+    let child = router_child(
+        "router-agg",
+        router_args(clock, inflight.clone()),
+        slot.clone(),
+    );
+    let (_supervisor, _) = Actor::spawn(
+        None,
+        NodeSupervisor,
+        SupervisorArgs {
+            children: vec![child],
+            policy: RestartPolicy::default(),
+            board: ChildBoard::default(),
+        },
+    )
+    .await
+    .expect("supervisor starts");
+    let router = RouterHandle::from_slot(slot.clone(), clock).with_inflight(inflight.clone());
+    router.upsert_worker(worker()).expect("alive");
+    for id in 1..=3 {
+        let out = router.route(request(id)).await;
+        assert!(out.is_ok(), "{out:?}");
+    }
+    router
+        .cast(RouterMsg::InjectFault("boom".into()))
+        .expect("alive");
+    // Queued behind the fault: the failing actor never handles it.
+    router.release(RequestId::from_u128(1)).expect("recorded");
+    settle().await;
+    assert!(slot.get().is_none_or(|a| a.cast(RouterMsg::Tick).is_err()));
+    // Between the failure and the restart: no actor at all.
+    router.release(RequestId::from_u128(2)).expect("recorded");
+    tokio::time::advance(RestartPolicy::default().backoff).await;
+    settle().await;
+    // Restarted with the one booking still live.
+    router.upsert_worker(worker()).expect("restarted");
+    let snap = router.observe().await.expect("restarted");
+    assert_eq!(
+        snap.scheduler.ledger.bookings, 1,
+        "{:?}",
+        snap.scheduler.ledger
+    );
+    router.release(RequestId::from_u128(3)).expect("alive");
     let snap = router.observe().await.expect("alive");
     assert!(
         snap.scheduler.ledger.is_idle(),

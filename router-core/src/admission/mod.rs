@@ -56,6 +56,11 @@ pub struct SchedulerConfig {
     pub owner: RouterId,
     /// How long a pending-decode reservation lives before it expires on its own.
     pub reservation_lease: Duration,
+    /// How long one of this router's own bookings may live before it is released as leaked
+    /// (`None`: for as long as it is booked). Set it above the longest a request may run: the
+    /// frontend releases every booking before that (see `crate::router::PoolRouter::expire_leases`).
+    #[serde(default)]
+    pub booking_lease: Option<Duration>,
     /// How placement weighs load against prefix reuse.
     #[serde(default)]
     pub selection: SelectionConfig,
@@ -81,6 +86,7 @@ impl SchedulerConfig {
             role,
             owner,
             reservation_lease: Duration::from_secs(30),
+            booking_lease: None,
             selection: SelectionConfig::default(),
             seed: 0,
             decode_reservations: true,

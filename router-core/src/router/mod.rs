@@ -2,8 +2,10 @@
 //! (or takes precomputed hashes), looks its prefix up in the KV index (event-fed, or the
 //! approximate index learned from this router's own placements), builds the admission
 //! request for the class the caller resolved and hands it to the scheduler; and it forwards
-//! worker changes, KV events, first tokens and releases.
+//! worker changes, KV events, first tokens and releases. Its own bookings hold a lease
+//! (`lease.rs`): one never released expires ([`PoolRouter::expire_leases`]).
 
+mod lease;
 mod peer;
 mod request;
 
@@ -128,6 +130,7 @@ pub struct PoolRouter {
     scheduler: Scheduler,
     prefix: Prefix,
     block_size: u32,
+    leases: lease::Leases,
 }
 
 impl PoolRouter {
@@ -151,6 +154,7 @@ impl PoolRouter {
             PrefixMode::Approximate(cfg) => Prefix::Approximate(Learnt::new(cfg)),
         };
         Self {
+            leases: lease::Leases::new(config.scheduler.booking_lease),
             scheduler: Scheduler::new(config.scheduler, profile),
             prefix,
             block_size: config.block_size.max(1),
@@ -273,6 +277,7 @@ impl PoolRouter {
         admission.do_not_queue = request.do_not_queue;
         let outcome = self.scheduler.arrive(admission, now, room);
         self.learn(&outcome, hashes, now);
+        self.lease(&outcome, now);
         outcome
     }
 
@@ -282,6 +287,7 @@ impl PoolRouter {
         let outcomes = self.scheduler.drain(now, room);
         for outcome in &outcomes {
             self.learn(outcome, Vec::new(), now);
+            self.lease(outcome, now);
         }
         outcomes
     }
@@ -301,12 +307,40 @@ impl PoolRouter {
     }
 
     pub fn release(&mut self, request: RequestId) -> bool {
+        self.leases.end(request);
         self.scheduler.release(request)
     }
 
     pub fn cancel(&mut self, request: RequestId, now: Timestamp) -> bool {
+        self.leases.end(request);
         self.learnt_mut().queued.remove(&request);
         self.scheduler.cancel(request, now)
+    }
+
+    /// Releases this router's bookings whose lease ended at or before `now` (booked one
+    /// `SchedulerConfig::booking_lease` ago and never released: leaked); returns them, for the
+    /// actor to publish their release.
+    pub fn expire_leases(&mut self, now: Timestamp) -> Vec<RequestId> {
+        let due = self.leases.take_due(now);
+        due.into_iter()
+            .filter(|&request| self.scheduler.release(request))
+            .collect()
+    }
+
+    /// The earliest instant something is due: the scheduler's (a queued request's deadline,
+    /// a reservation's lease end) or a booking's lease end. An actor arms one timer for it.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        match (self.scheduler.next_deadline(), self.leases.next_end()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// An admission books a request: its lease starts.
+    fn lease(&mut self, outcome: &Outcome, now: Timestamp) {
+        if let Outcome::Admitted(admission) = outcome {
+            self.leases.grant(admission.request, now);
+        }
     }
 
     /// Adds or updates a worker in the ledger and the index.
@@ -343,7 +377,12 @@ impl PoolRouter {
         if let Some(spec) = self.scheduler.ledger().worker(worker).cloned() {
             self.learnt_mut().remove_worker(&spec);
         }
-        self.scheduler.ledger_mut().remove_worker(worker);
+        let owner = self.scheduler.owner();
+        for key in self.scheduler.ledger_mut().remove_worker(worker) {
+            if key.owner == owner {
+                self.leases.end(key.request);
+            }
+        }
     }
 
     /// Applies a worker's KV event (ignored, and counted as such, in approximate mode).

@@ -123,15 +123,21 @@ impl PoolRouter {
             .map(|_| BookingDelta::Unreserve { request })
     }
 
-    /// Books this router's own in-flight requests again (a restarted router); returns those
-    /// whose rank is not known yet, to book once their worker is back.
-    pub fn restore(&mut self, bookings: Vec<(RequestId, Booking)>) -> Vec<(RequestId, Booking)> {
+    /// Books this router's own in-flight requests again (a restarted router), each with a
+    /// lease from `now`; returns those whose rank is not known yet, to book once their worker
+    /// is back.
+    pub fn restore(
+        &mut self,
+        bookings: Vec<(RequestId, Booking)>,
+        now: Timestamp,
+    ) -> Vec<(RequestId, Booking)> {
         let owner = self.scheduler.owner();
-        let ledger = self.scheduler.ledger_mut();
         let mut pending = Vec::new();
         for (request, booking) in bookings {
+            let ledger = self.scheduler.ledger_mut();
             if ledger.has_rank(booking.rank) {
                 ledger.book(BookingKey::new(owner, request), booking);
+                self.leases.grant(request, now);
             } else {
                 pending.push((request, booking));
             }

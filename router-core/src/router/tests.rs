@@ -11,12 +11,19 @@ use uuid::Uuid;
 const BS: u32 = 16;
 
 fn router(prefix: PrefixMode) -> PoolRouter {
+    router_leased(prefix, None)
+}
+
+/// [`router`], its own bookings leased for `lease`.
+fn router_leased(prefix: PrefixMode, lease: Option<Duration>) -> PoolRouter {
     let profile = PolicyProfile::from_toml_str(
         "default_class = \"chat\"\n[[classes]]\nname = \"chat\"\nslo_ms = 1000\nquantum = 64\nprefill_busy_threshold = 100000\n",
     )
     .expect("valid profile");
+    let mut scheduler = SchedulerConfig::new(PoolRole::Aggregated, RouterId(Uuid::from_u128(1)));
+    scheduler.booking_lease = lease;
     let config = PoolRouterConfig {
-        scheduler: SchedulerConfig::new(PoolRole::Aggregated, RouterId(Uuid::from_u128(1))),
+        scheduler,
         block_size: BS,
         prefix,
     };
@@ -359,12 +366,62 @@ fn peer_changes_say_when_capacity_freed_and_own_echoes_change_nothing() {
         rank: RankId::new(99, 0),
         ..booking.clone()
     };
-    let pending = r.restore(vec![
-        (RequestId::from_u128(41), booking),
-        (RequestId::from_u128(42), lost),
-    ]);
+    let pending = r.restore(
+        vec![
+            (RequestId::from_u128(41), booking),
+            (RequestId::from_u128(42), lost),
+        ],
+        Timestamp(0),
+    );
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].0, RequestId::from_u128(42));
     assert_eq!(r.holdings(own, Timestamp(0)).bookings.len(), 1);
     assert_eq!(r.peer_gone(own), Applied::Nothing, "never drops its own");
+}
+
+#[test]
+fn a_booking_never_released_expires_at_its_lease_end_and_a_released_one_does_not() {
+    use crate::ledger::Booking;
+    let lease = Duration::from_secs(60);
+    let mut r = router_leased(PrefixMode::Events, Some(lease));
+    let (kept, leaked) = (RequestId::from_u128(1), RequestId::from_u128(2));
+    for id in [1, 2] {
+        assert!(
+            route(&mut r, id, tokens(id as u32, 64), None)
+                .admitted()
+                .is_some()
+        );
+    }
+    assert_eq!(r.next_deadline(), Some(Timestamp(0) + lease));
+    assert!(r.release(kept));
+    assert_eq!(r.expire_leases(Timestamp(59_999_999)), vec![]);
+    assert_eq!(r.ledger().booking_count(), 1, "not yet due");
+    assert_eq!(r.expire_leases(Timestamp(60_000_000)), vec![leaked]);
+    assert_eq!(r.ledger().booking_count(), 0);
+    assert_eq!(r.next_deadline(), None);
+    assert!(!r.release(leaked), "already released by its lease");
+
+    // A restored booking's lease runs from its restore; one on a removed worker holds none.
+    let booking = Booking {
+        rank: RankId::new(2, 0),
+        block_hashes: vec![1, 2, 3],
+        prefill_tokens: 48,
+        extra_blocks: 1,
+    };
+    let on_three = Booking {
+        rank: RankId::new(3, 0),
+        ..booking.clone()
+    };
+    let restored = vec![
+        (RequestId::from_u128(3), booking),
+        (RequestId::from_u128(4), on_three),
+    ];
+    assert!(r.restore(restored, Timestamp(70_000_000)).is_empty());
+    r.remove_worker(WorkerId(3));
+    assert_eq!(r.expire_leases(Timestamp(129_999_999)), vec![]);
+    assert_eq!(
+        r.expire_leases(Timestamp(130_000_000)),
+        vec![RequestId::from_u128(3)]
+    );
+    assert_eq!(r.ledger().booking_count(), 0);
 }

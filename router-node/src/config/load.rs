@@ -9,6 +9,11 @@ use router_core::{PolicyError, PolicyFormat, PolicyProfile, RouterId, SelectionC
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How long past the request deadline (`http.request_timeout_ms`) a booking may still be held
+/// before the router releases it as leaked (`NodeConfig::booking_lease`): the deadline ends
+/// every request, and its release reaches the router well within this.
+const BOOKING_LEASE_GRACE: Duration = Duration::from_secs(60);
+
 /// What can be wrong with a configuration. Every variant names the file or the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -301,6 +306,11 @@ impl Config {
         node.block_size = self.node.block_size;
         node.selection = self.selection_config();
         node.reservation_lease = Duration::from_millis(self.scheduler.reservation_lease_ms);
+        // Every booking is released by the request deadline: one still held well past it
+        // is a leak, which its lease ends.
+        node.booking_lease = Some(
+            Duration::from_millis(self.http.request_timeout_ms).saturating_add(BOOKING_LEASE_GRACE),
+        );
         node.recheck_every = Duration::from_millis(self.scheduler.recheck_ms);
         node.room_credits = self.scheduler.room_credits;
         node.decode_reservations = self.scheduler.decode_reservations;

@@ -160,6 +160,13 @@ otlp_protocol = "http"
 }
 
 #[test]
+fn a_booking_is_leased_a_minute_past_the_request_deadline() {
+    let config = parse("[http]\nrequest_timeout_ms = 5000\n").unwrap();
+    let node = config.node_config(router_core::PolicyProfile::fallback());
+    assert_eq!(node.booking_lease, Some(std::time::Duration::from_secs(65)));
+}
+
+#[test]
 fn a_missing_file_names_it() {
     let err =
         Config::load_with_env(Some(Path::new("/nonexistent/node.toml")), no_env()).unwrap_err();

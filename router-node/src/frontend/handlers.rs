@@ -297,12 +297,10 @@ async fn admit_and_forward(
         let admission = admit(state, &state.router, class, route).await?;
         observer.admitted(prompt.tokens(), admission.prefix);
         let worker = admission.rank.worker;
-        // No await between the admission and the guard: a dropped handler never leaks a booking.
-        let Some(held) = placement::permit(state, &mut permit) else {
-            return Err(ApiError::saturated(state.limits.max_concurrent_requests));
-        };
-        let guard =
-            BookingGuard::new(state.router.clone(), id, state.metrics.clone()).with_permit(held);
+        // No await between the admission and the guard: a dropped handler never leaks a
+        // booking, nor does a node saturated before a second placement (the guard releases it).
+        let booking = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
+        let guard = placement::permitted(state, booking, &mut permit)?;
         let target = Target {
             worker,
             pool: "aggregated",

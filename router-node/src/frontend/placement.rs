@@ -7,11 +7,14 @@
 //! error's typed [`Unreached`], never its reason string.
 //!
 //! [`Placements`] keeps one leg's tries: the workers to leave out and how many placements
-//! were made. A leg gets [`MAX_PLACEMENTS`]: the first and one more.
+//! were made. A leg gets [`MAX_PLACEMENTS`]: the first and one more. Every placement's booking
+//! is owned by its guard from the moment its admission returns; the permit a placement once
+//! more needs is taken after ([`permitted`]), so no early answer leaves a booking behind.
 
 use super::AppState;
 use super::admit::Class;
 use super::error::{ApiError, Unreached, UnreachedCause};
+use super::proxy::BookingGuard;
 use router_core::{RouteRequest, WorkerId};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -81,9 +84,24 @@ impl Placements {
     }
 }
 
+/// `guard`, which owns a leg's booking from its admission on, with the concurrency permit the
+/// leg is sent under ([`permit`]); a node saturated meanwhile is `frontend_saturated`, and the
+/// guard, dropped, releases the booking.
+pub(super) fn permitted(
+    state: &AppState,
+    guard: BookingGuard,
+    slot: &mut Option<OwnedSemaphorePermit>,
+) -> Result<BookingGuard, ApiError> {
+    match permit(state, slot) {
+        Some(held) => Ok(guard.with_permit(held)),
+        None => Err(ApiError::saturated(state.limits.max_concurrent_requests)),
+    }
+}
+
 /// The concurrency permit for a leg about to be sent: the request's own, or, once a refused
-/// attempt gave it back, a new one (`None` when the node is saturated meanwhile).
-pub(super) fn permit(
+/// attempt gave it back, a new one (`None` when the node is saturated meanwhile). Taken once
+/// the leg's booking has its guard ([`permitted`]), so the saturated answer releases it.
+fn permit(
     state: &AppState,
     slot: &mut Option<OwnedSemaphorePermit>,
 ) -> Option<OwnedSemaphorePermit> {

@@ -12,6 +12,7 @@ use crate::frontend::admit::admit;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
 use crate::frontend::placement::Placements;
+use crate::frontend::proxy::BookingGuard;
 use crate::metrics::RequestObserver;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
@@ -46,6 +47,9 @@ pub(super) async fn legs(
     let mut staged = legs.route(state, id, Phase::Decode { staged: true });
     placements.narrow(state, &mut staged);
     let admission = admit(state, decode, legs.class, staged).await?;
+    // Owned at once: an early return below (a prefill worker gone from the directory, a
+    // prefill call that cannot be built) releases the decode booking as it drops.
+    let booking = BookingGuard::new(decode.clone(), id, state.metrics.clone());
     hold.converted();
     let (host, port) = bootstrap_address(state, prefill_worker)?;
     let room = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -62,7 +66,7 @@ pub(super) async fn legs(
     )?;
     let mut prefill: PrefillFuture =
         Box::pin(prefill_answer(state, call, prefill_worker).instrument(leg));
-    let first = (id, admission.rank.worker);
+    let first = (booking, admission.rank.worker);
     let decode_leg = send_decode(
         state,
         decode,
