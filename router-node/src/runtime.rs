@@ -1,6 +1,8 @@
 //! The tokio runtime every command of this crate (and the system-test tools) runs on, built
 //! once at the top of a command: a runtime that cannot start is said on stderr, naming the
-//! command, and ends it with exit code 1.
+//! command, and ends it with exit code 1. And the process's open-files limit, raised for a
+//! serving node ([`raise_open_files_limit`]): every client and every upstream leg holds a
+//! socket.
 
 use std::process::ExitCode;
 use tokio::runtime::{Builder, Runtime};
@@ -15,4 +17,29 @@ pub fn start(command: &str) -> Result<Runtime, ExitCode> {
             eprintln!("{command}: cannot start the async runtime: {e}");
             ExitCode::from(1)
         })
+}
+
+/// Raises the soft open-files limit to the hard one and logs both (once per process, at the
+/// first call): a node with the distribution's default of 1,024 runs out of sockets long
+/// before `http.max_connections`. Where it cannot be raised it says so and goes on.
+pub fn raise_open_files_limit() -> Option<u64> {
+    static RAISED: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *RAISED.get_or_init(|| {
+        let before = rlimit::getrlimit(rlimit::Resource::NOFILE).ok();
+        match rlimit::increase_nofile_limit(u64::MAX) {
+            Ok(now) => {
+                tracing::info!(
+                    soft_before = before.map(|(soft, _)| soft),
+                    soft = now,
+                    hard = before.map(|(_, hard)| hard),
+                    "open-files limit"
+                );
+                Some(now)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the open-files limit could not be raised");
+                None
+            }
+        }
+    })
 }

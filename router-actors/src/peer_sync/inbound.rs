@@ -293,7 +293,7 @@ impl PeerSyncState {
         if repair.overflowed {
             self.counters.dropped += 1;
         }
-        let mut next = last_seq + 1;
+        let mut next = last_seq.saturating_add(1);
         let mut complete = !repair.overflowed;
         for (seq, sent_at_us, deltas) in repair.buffer {
             if seq <= last_seq {
@@ -302,7 +302,7 @@ impl PeerSyncState {
             if seq != next {
                 complete = false;
             }
-            next = seq + 1;
+            next = seq.saturating_add(1);
             for delta in deltas {
                 self.counters.replayed += 1;
                 self.forward(

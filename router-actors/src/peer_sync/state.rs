@@ -419,6 +419,9 @@ impl PeerSyncState {
             .filter(|(_, p)| now.saturating_duration_since(p.last_seen) >= p.lease)
             .map(|(id, _)| *id)
             .collect();
+        let peers = &self.peers;
+        self.tracker
+            .retain(|sender| peers.contains_key(&RouterId(sender)));
         for owner in expired {
             self.peers.remove(&owner);
             self.tracker.forget(owner.0);

@@ -190,9 +190,10 @@ impl ApiError {
         ))
     }
 
-    /// A text prompt holding a run of `run` bytes of one kind of character (letters,
-    /// digits, whitespace, other symbols) over `limit` (`http.max_word_bytes`).
-    pub fn word_too_long(run: usize, limit: usize) -> Self {
+    /// A text prompt holding a tokenizer piece of `piece` bytes (letters with their marks,
+    /// digits, whitespace or symbols the tokenizer would merge as one) over `limit`
+    /// (`http.max_word_bytes`).
+    pub fn word_too_long(piece: usize, limit: usize) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
@@ -200,9 +201,22 @@ impl ApiError {
             "word_too_long",
         )
         .message(format!(
-            "the prompt holds a run of {run} bytes of letters, digits, whitespace or symbols \
-             without a break; this server accepts at most {limit}"
+            "prompt: the tokenizer would merge {piece} bytes of it as one piece (letters and \
+             their combining marks, digits, whitespace or symbols without a break); this \
+             server's limit (http.max_word_bytes) is {limit}"
         ))
+    }
+
+    /// No tokenizer capacity came free within `waited` (every one of the node's `capacity`
+    /// slots busy): a 503 the client may retry.
+    pub fn tokenizer_saturated(busy: &router_tokenizer::TokenizerBusy) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            Stage::Request,
+            "tokenizer_saturated",
+        )
+        .message(format!("prompt not tokenized: {busy}"))
     }
 
     /// The request was not finished within `limit` of its arrival (`http.request_timeout_ms`).
@@ -426,6 +440,18 @@ impl ApiError {
     /// The worker failed (connect error, bad status, broken stream, oversized answer).
     pub fn upstream(stage: Stage, reason: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, "upstream_error", stage, reason).message(message)
+    }
+
+    /// This node ran out of file descriptors opening a connection to a worker: its own
+    /// failure, not the worker's (a 503; the worker is not ejected).
+    pub fn out_of_files(message: String) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            Stage::Dispatch,
+            "node_out_of_files",
+        )
+        .message(message)
     }
 
     /// The connection to `worker` was refused or failed: nothing reached it.

@@ -97,6 +97,47 @@ pub(super) fn never_reached(e: &ApiError) -> bool {
     e.unreached.is_some()
 }
 
+/// The error reasons of a leg whose request could not be sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SendReasons {
+    /// No connection to the worker: it never got the request (placed elsewhere).
+    pub refused: &'static str,
+    /// The connection was made and the send failed.
+    pub send: &'static str,
+}
+
+impl SendReasons {
+    /// An aggregated leg's or a decode leg's.
+    pub const LEG: Self = Self {
+        refused: UPSTREAM_CONNECT,
+        send: "upstream_send",
+    };
+    /// A prefill leg's.
+    pub const PREFILL: Self = Self {
+        refused: "prefill_connect",
+        send: "prefill_send",
+    };
+}
+
+/// The answer to a leg that could not be sent to `worker`: a refused connection (it never
+/// reached the worker: placed elsewhere, counted by the breaker), a failed send (the
+/// worker's failure), or this node out of file descriptors (neither: a 503, no ejection).
+pub(super) fn send_error(
+    worker: WorkerId,
+    e: &UpstreamError,
+    message: String,
+    reasons: SendReasons,
+) -> ApiError {
+    match e {
+        UpstreamError::OutOfFiles(_) => {
+            tracing::error!(%worker, error = %e, "out of file descriptors: raise the node's open-files limit");
+            ApiError::out_of_files(message)
+        }
+        e if e.is_connect() => ApiError::refused(worker, reasons.refused, message),
+        _ => ApiError::upstream(Stage::Dispatch, reasons.send, message),
+    }
+}
+
 /// The `type` of errors a worker caused (`ApiError::upstream`): counted against it.
 const UPSTREAM_ERROR: &str = "upstream_error";
 
@@ -216,15 +257,10 @@ async fn forward_leg(
         "text/event-stream",
         request.upstream_body(),
     )?;
-    let response = call.send().await.map_err(|e| {
-        // Only a refused or failed connection is known not to have reached the worker.
-        let message = format!("{worker}: {e}");
-        if e.is_connect() {
-            ApiError::refused(worker, UPSTREAM_CONNECT, message)
-        } else {
-            ApiError::upstream(Stage::Dispatch, "upstream_send", message)
-        }
-    })?;
+    let response = call
+        .send()
+        .await
+        .map_err(|e| send_error(worker, &e, format!("{worker}: {e}"), SendReasons::LEG))?;
     let status = response.status();
     if !status.is_success() {
         return Err(upstream_status(worker, status, response).await);

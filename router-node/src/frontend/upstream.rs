@@ -38,6 +38,10 @@ pub enum UpstreamError {
     /// Nothing arrived for the read timeout.
     #[error("no data from the worker for {0:?}")]
     ReadTimeout(Duration),
+    /// This node could not open a connection: it is out of file descriptors (`EMFILE`,
+    /// `ENFILE`). Not the worker's failure: it is never ejected for it.
+    #[error("this node is out of file descriptors: {0}")]
+    OutOfFiles(String),
 }
 
 impl UpstreamError {
@@ -113,6 +117,7 @@ impl UpstreamCall {
                 response,
                 read_timeout,
             }),
+            Ok(Err(e)) if out_of_files(&e) => Err(UpstreamError::OutOfFiles(error_chain(&e))),
             Ok(Err(e)) if e.is_connect() => Err(UpstreamError::Connect(error_chain(&e))),
             Ok(Err(e)) => Err(UpstreamError::Send(error_chain(&e))),
             Err(_) => Err(UpstreamError::ReadTimeout(read_timeout)),
@@ -158,6 +163,25 @@ impl UpstreamResponse {
 }
 
 /// An error and its sources, as one line.
+/// Whether an error, or any error it was caused by, is this process running out of file
+/// descriptors (a socket that could not be opened), not a worker refusing.
+pub(crate) fn out_of_files(error: &(dyn std::error::Error + 'static)) -> bool {
+    /// `EMFILE` (this process's limit) and `ENFILE` (the system's), the same on Linux and
+    /// the BSDs.
+    const EMFILE: i32 = 24;
+    const ENFILE: i32 = 23;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(EMFILE | ENFILE))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut line = error.to_string();
     let mut source = error.source();
@@ -172,6 +196,22 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that wraps another, as hyper's client wraps the connector's.
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (Connect)")]
+    struct Wrapped(#[source] std::io::Error);
+
+    #[test]
+    fn running_out_of_file_descriptors_is_told_apart_from_a_refusal() {
+        for code in [23, 24] {
+            let e = Wrapped(std::io::Error::from_raw_os_error(code));
+            assert!(out_of_files(&e), "errno {code}");
+        }
+        let refused = Wrapped(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(!out_of_files(&refused));
+        assert!(!out_of_files(&std::io::Error::from_raw_os_error(111)));
+    }
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 

@@ -286,6 +286,7 @@ pub fn main(config_path: Option<&Path>) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        crate::runtime::raise_open_files_limit();
         let result = run(config).await;
         let code = match &result {
             Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,9 @@ use super::KV_TRANSFER;
 use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
 use crate::frontend::openai::ParsedRequest;
-use crate::frontend::proxy::{Target, upstream_call, upstream_status, worker_failed};
+use crate::frontend::proxy::{
+    SendReasons, Target, send_error, upstream_call, upstream_status, worker_failed,
+};
 use crate::frontend::upstream::UpstreamCall;
 use axum::http::HeaderMap;
 use futures::StreamExt;
@@ -130,13 +132,12 @@ async fn read_prefill(
     limit: usize,
 ) -> Result<Vec<u8>, ApiError> {
     let response = call.send().await.map_err(|e| {
-        // Only a refused or failed connection is known not to have reached the worker.
-        let message = format!("prefill {worker}: {e}");
-        if e.is_connect() {
-            ApiError::refused(worker, "prefill_connect", message)
-        } else {
-            ApiError::upstream(Stage::Dispatch, "prefill_send", message)
-        }
+        send_error(
+            worker,
+            &e,
+            format!("prefill {worker}: {e}"),
+            SendReasons::PREFILL,
+        )
     })?;
     let status = response.status();
     if !status.is_success() {

@@ -88,6 +88,7 @@ pub fn main(opts: &HttpOptions) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        router_node::runtime::raise_open_files_limit();
         let code = match run(opts).await {
             Ok(code) => code,
             Err(e) => {
