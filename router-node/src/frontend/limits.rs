@@ -4,11 +4,21 @@
 //! In order (`handlers.rs`): the body is read under `max_body_bytes` and
 //! `body_read_timeout` (no concurrency permit is held meanwhile), parsed, then checked here
 //! before it is tokenized: `max_tokens` against `max_tokens_limit`; a token-id prompt's
-//! length against `max_prompt_tokens`; a text prompt for a run of one kind of character
-//! longer than `max_word_bytes` (a tokenizer keeps such a run as one piece, and merging one
-//! giant piece costs far more per byte than text does) and for a byte length that alone
-//! proves it longer than `max_prompt_tokens`. Only then is the permit taken and the text
-//! tokenized, and its count checked once more.
+//! length against `max_prompt_tokens`; a text prompt for a byte length that alone proves it
+//! longer than `max_prompt_tokens`, and for a piece longer than `max_word_bytes`. Only then
+//! is the permit taken and the text tokenized (under the node's tokenizer gate,
+//! [`tokenize_wait`]), and its count checked once more.
+//!
+//! The piece bound: BPE merges within one pre-tokenizer piece, in time and memory that grow
+//! with the piece (tiktoken keeps some 50 bytes per byte of it, and a piece cannot be
+//! encoded in parallel parts), so no piece may be longer than `max_word_bytes`. The pieces
+//! are the configured tokenizer's own: its split pattern is run over the text before the
+//! BPE ([`Tokenizer::piece_over`], linear, nothing kept), so whatever that pattern joins
+//! (a letter and its combining marks such as U+0301, emoji with joiners and variation
+//! selectors, a symbol and the newlines after it) counts as one piece, and what it cuts
+//! (o200k's three-digit numbers) does not. For a HuggingFace pre-tokenizer it cannot run
+//! (not one of the known split patterns), runs of one kind of character are bounded
+//! instead ([`longest_run`], marks and joiners continuing the run they follow).
 //!
 //! The byte bound: when a tokenizer turns every byte of the text into part of exactly one
 //! token and no token stands for more than `L` bytes ([`super::Tokenizer::longest_token_bytes`],
@@ -18,8 +28,14 @@
 
 use super::error::ApiError;
 use super::upstream::UpstreamClient;
-use router_tokenizer::PromptInput;
+pub use router_tokenizer::longest_run;
+use router_tokenizer::{PromptInput, Tokenizer};
 use std::time::Duration;
+
+/// The longest a request waits for the tokenizer gate (`AppState::tokenize_gate`, one slot
+/// per core) before it is a 503 `tokenizer_saturated`; at most half the request's own
+/// timeout (so the 503 comes before the 504).
+pub const TOKENIZE_WAIT: Duration = Duration::from_secs(5);
 
 /// The frontend's bounds. Every one of them is enforced; none is unlimited.
 #[derive(Debug, Clone)]
@@ -43,7 +59,7 @@ pub struct Limits {
     pub max_prompt_tokens: u64,
     /// Largest `max_tokens` a request may ask for; more is a 400 `max_tokens_too_large`.
     pub max_tokens_limit: u64,
-    /// Longest run of one kind of character in a text prompt (bytes); longer is a 400
+    /// Longest tokenizer piece of a text prompt (bytes; module docs); longer is a 400
     /// `word_too_long`.
     pub max_word_bytes: usize,
     /// Output tokens assumed when a request gives no `max_tokens`.
@@ -98,23 +114,17 @@ impl Limits {
     }
 
     /// The checks before tokenizing (module docs): a token-id prompt by its length, a text
-    /// prompt by its runs and, given the tokenizer's `longest_token` bytes, by its length.
+    /// prompt by its length (given `tokenizer`'s longest token) and by `tokenizer`'s pieces.
     pub(super) fn check_prompt(
         &self,
         prompt: &PromptInput,
-        longest_token: Option<usize>,
+        tokenizer: &Tokenizer,
     ) -> Result<(), ApiError> {
         let parts = match prompt {
             PromptInput::Tokens(ids) => return self.check_prompt_tokens(ids.len()),
             PromptInput::Text(parts) => parts,
         };
-        for part in parts {
-            let run = longest_run(part);
-            if run > self.max_word_bytes {
-                return Err(ApiError::word_too_long(run, self.max_word_bytes));
-            }
-        }
-        if let Some(longest) = longest_token.filter(|&l| l > 0) {
+        if let Some(longest) = tokenizer.longest_token_bytes().filter(|&l| l > 0) {
             // Parts are tokenized one by one: each counts its own tokens.
             let at_least: u64 = parts
                 .iter()
@@ -128,7 +138,18 @@ impl Limits {
                 ));
             }
         }
+        for part in parts {
+            if let Some(piece) = tokenizer.piece_over(part, self.max_word_bytes) {
+                return Err(ApiError::word_too_long(piece, self.max_word_bytes));
+            }
+        }
         Ok(())
+    }
+
+    /// How long a request may wait for the tokenizer gate: [`TOKENIZE_WAIT`], at most half
+    /// its own timeout.
+    pub fn tokenize_wait(&self) -> Duration {
+        TOKENIZE_WAIT.min(self.request_timeout / 2)
     }
 
     /// A tokenized prompt of `tokens` tokens against `max_prompt_tokens`.
@@ -163,72 +184,26 @@ impl Deadline {
     }
 }
 
-/// What kind of character continues a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Letter,
-    Digit,
-    Space,
-    Other,
-}
-
-fn kind(c: char) -> Kind {
-    if c.is_alphabetic() {
-        Kind::Letter
-    } else if c.is_numeric() {
-        Kind::Digit
-    } else if c.is_whitespace() {
-        Kind::Space
-    } else {
-        Kind::Other
-    }
-}
-
-/// The longest run of characters of one kind (letters, digits, whitespace, anything else)
-/// in `text`, in bytes: no pre-tokenizer piece of a GPT-style pattern is much longer.
-pub fn longest_run(text: &str) -> usize {
-    let mut longest = 0;
-    let mut run = 0;
-    let mut last = None;
-    for c in text.chars() {
-        let k = kind(c);
-        if last == Some(k) {
-            run += c.len_utf8();
-        } else {
-            run = c.len_utf8();
-            last = Some(k);
-        }
-        longest = longest.max(run);
-    }
-    longest
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_longest_run_is_of_one_kind_of_character_in_bytes() {
-        assert_eq!(longest_run(""), 0);
-        assert_eq!(longest_run("ab, cd"), 2);
-        assert_eq!(longest_run("a    b"), 4);
-        assert_eq!(longest_run("x1234567y"), 7);
-        assert_eq!(longest_run("-----=====  ab"), 10);
-        // Letters of any script count together; bytes, not characters.
-        assert_eq!(longest_run("東京abc"), 9);
-    }
-
-    #[test]
-    fn prompts_are_checked_by_ids_runs_and_bytes() {
+    fn prompts_are_checked_by_ids_bytes_and_the_tokenizers_pieces() {
         let limits = Limits {
             max_prompt_tokens: 10,
             max_word_bytes: 8,
             max_tokens_limit: 100,
             ..Limits::default()
         };
+        // o200k_base, its longest token (128 bytes) read.
+        let tokenizer = Tokenizer::default();
+        tokenizer.warm();
         let ids = |n: u32| PromptInput::Tokens((0..n).collect());
-        assert!(limits.check_prompt(&ids(10), None).is_ok());
-        let over = limits.check_prompt(&ids(11), None).expect_err("11 > 10");
+        assert!(limits.check_prompt(&ids(10), &tokenizer).is_ok());
+        let over = limits
+            .check_prompt(&ids(11), &tokenizer)
+            .expect_err("11 > 10");
         assert_eq!(over.reason, "prompt_too_long");
         assert!(
             over.message.contains("11") && over.message.contains("10"),
@@ -238,21 +213,39 @@ mod tests {
 
         let text = |s: &str| PromptInput::Text(vec![s.to_owned()]);
         let word = limits
-            .check_prompt(&text("aaaaaaaaa b"), None)
+            .check_prompt(&text("aaaaaaaaa b"), &tokenizer)
             .expect_err("a 9-byte word");
         assert_eq!(word.reason, "word_too_long");
         assert!(word.message.contains('9') && word.message.contains('8'));
-        // 44 bytes, at most 4 bytes a token: at least 11 tokens > 10, without tokenizing.
-        let long = "abc ".repeat(11);
-        let bytes = limits.check_prompt(&text(&long), Some(4)).expect_err("11");
+        // o200k keeps a letter and its combining marks in one piece: 3 x 3 bytes.
+        let marked = limits
+            .check_prompt(&text("a\u{301}a\u{301}a\u{301}"), &tokenizer)
+            .expect_err("a 9-byte piece");
+        assert_eq!(marked.reason, "word_too_long");
+        // It cuts numbers into three digits, so a long number is no long piece.
+        assert!(limits.check_prompt(&text("1234567890"), &tokenizer).is_ok());
+        assert!(
+            limits
+                .check_prompt(&text("ab cd ef gh"), &tokenizer)
+                .is_ok()
+        );
+        // 1,320 bytes, at most 128 bytes a token: at least 11 tokens > 10, without tokenizing.
+        let long = "abc ".repeat(330);
+        let bytes = limits
+            .check_prompt(&text(&long), &tokenizer)
+            .expect_err("11");
         assert_eq!(bytes.reason, "prompt_too_long");
-        assert!(limits.check_prompt(&text(&long), Some(5)).is_ok());
-        assert!(limits.check_prompt(&text(&long), None).is_ok());
+        assert!(
+            limits
+                .check_prompt(&text(&"abc ".repeat(320)), &tokenizer)
+                .is_ok()
+        );
 
         assert!(limits.check_max_tokens(Some(100)).is_ok());
         assert!(limits.check_max_tokens(None).is_ok());
         let max = limits.check_max_tokens(Some(101)).expect_err("101 > 100");
         assert_eq!(max.reason, "max_tokens_too_large");
         assert!(max.message.contains("100"), "{}", max.message);
+        assert_eq!(limits.tokenize_wait(), TOKENIZE_WAIT);
     }
 }

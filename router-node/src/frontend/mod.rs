@@ -70,7 +70,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use router_actors::{Liveness, RouterHandle};
 use router_core::{PolicyProfile, WorkerId};
-use router_tokenizer::Prompter;
+use router_tokenizer::{Prompter, TokenizeGate};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -135,8 +135,12 @@ pub struct AppState {
     pub alive: watch::Receiver<Liveness>,
     /// One permit per OpenAI request in progress (`limits.max_concurrent_requests`).
     pub permits: Arc<Semaphore>,
-    /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering).
+    /// The tokenizer and chat rendering (default: tiktoken o200k_base, plain rendering),
+    /// under [`Self::tokenize_gate`].
     pub prompter: Prompter,
+    /// Text prompts tokenized at once across the node (one per core by default): a request
+    /// that gets no slot within `limits::tokenize_wait` is a 503 `tokenizer_saturated`.
+    pub tokenize_gate: TokenizeGate,
     /// A completion's text prompt goes to the worker as the router's token ids
     /// (`[tokenizer] forward_token_ids`; default off).
     pub forward_token_ids: bool,
@@ -169,6 +173,7 @@ impl AppState {
         limits: Limits,
         ready: watch::Receiver<bool>,
     ) -> Self {
+        let gate = TokenizeGate::per_core();
         Self {
             permits: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
             router,
@@ -184,7 +189,8 @@ impl AppState {
             models: Arc::from(Vec::new()),
             ready,
             alive: watch::channel(Liveness::Alive).1,
-            prompter: Prompter::default(),
+            prompter: Prompter::default().with_gate(gate.clone()),
+            tokenize_gate: gate,
             forward_token_ids: false,
             bus_connected: None,
             breaker: Arc::new(breaker::WorkerBreaker::default()),
@@ -226,7 +232,14 @@ impl AppState {
 
     /// Sets the tokenizer and chat rendering.
     pub fn with_prompter(mut self, prompter: Prompter) -> Self {
-        self.prompter = prompter;
+        self.prompter = prompter.with_gate(self.tokenize_gate.clone());
+        self
+    }
+
+    /// Bounds the node's concurrent tokenizer work by `gate` instead of one slot per core.
+    pub fn with_tokenize_gate(mut self, gate: TokenizeGate) -> Self {
+        self.prompter = self.prompter.with_gate(gate.clone());
+        self.tokenize_gate = gate;
         self
     }
 
