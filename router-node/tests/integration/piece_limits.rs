@@ -47,9 +47,11 @@ async fn a_letter_and_its_combining_mark_repeated_is_refused_before_tokenizing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_tokenizer_slot_within_the_wait_is_a_503() {
+    // The encoder built first (process-wide), so the request after the wait is served in time.
+    Prompter::default().warm().await;
     let worker = spawn_worker(1, MS).await;
     let limits = Limits {
-        request_timeout: 600 * MS,
+        request_timeout: 2000 * MS,
         ..Limits::default()
     };
     let wait = limits.tokenize_wait();
