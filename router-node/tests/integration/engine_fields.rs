@@ -4,39 +4,52 @@
 //! sequence (`n`, `best_of`, a batch of prompts) booked. Through real HTTP to a stand-in
 //! worker that records what it was sent; the ledger is idle after every test.
 
-use crate::support::{PROFILE, error_of, spawn_node_profiled, spawn_worker};
+use crate::support::{Node, PROFILE, StandInWorker, error_of, spawn_node_profiled, spawn_worker};
 use router_node::frontend::Limits;
 use router_tokenizer::Prompter;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The test profile with an engine priority on `batch` only.
-fn profile() -> String {
-    PROFILE.replacen(
+/// A stand-in worker answering after `delay`, behind a node whose profile gives `batch`
+/// (only) an engine priority.
+async fn fleet(delay: Duration) -> (StandInWorker, Node) {
+    let profile = PROFILE.replacen(
         "name = \"batch\"\n",
         "name = \"batch\"\nengine_priority = -3\n",
         1,
-    )
-}
-
-#[tokio::test]
-async fn engine_control_fields_from_a_client_never_reach_the_engine() {
-    let worker = spawn_worker(1, Duration::from_millis(1)).await;
+    );
+    let worker = spawn_worker(1, delay).await;
     let node = spawn_node_profiled(
         &[&worker.url],
         Limits::default(),
         Prompter::default(),
-        &profile(),
+        &profile,
     )
     .await;
+    (worker, node)
+}
+
+/// `base` with the fields of `extra` set.
+fn with(mut base: Value, extra: &Value) -> Value {
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        base[k] = v.clone();
+    }
+    base
+}
+
+#[tokio::test]
+async fn engine_control_fields_from_a_client_never_reach_the_engine() {
+    let (worker, node) = fleet(Duration::from_millis(1)).await;
     for field in [
         "kv_transfer_params",
         "bootstrap_host",
         "bootstrap_port",
         "bootstrap_room",
     ] {
-        let mut body = json!({"model": "m", "prompt": "hello", "max_tokens": 2});
-        body[field] = json!({"remote_host": "10.0.0.9"});
+        let body = with(
+            json!({"model": "m", "prompt": "hello", "max_tokens": 2}),
+            &json!({field: {"remote_host": "10.0.0.9"}}),
+        );
         let response = node.call("/v1/completions", body).await;
         assert_eq!(response.status(), 400, "{field}");
         let error = error_of(response).await;
@@ -78,14 +91,7 @@ async fn engine_control_fields_from_a_client_never_reach_the_engine() {
 
 #[tokio::test]
 async fn the_larger_output_field_is_the_one_that_counts() {
-    let worker = spawn_worker(1, Duration::from_millis(1)).await;
-    let node = spawn_node_profiled(
-        &[&worker.url],
-        Limits::default(),
-        Prompter::default(),
-        &profile(),
-    )
-    .await;
+    let (worker, node) = fleet(Duration::from_millis(1)).await;
     let response = node
         .call(
             "/v1/chat/completions",
@@ -102,18 +108,11 @@ async fn the_larger_output_field_is_the_one_that_counts() {
 
 /// Books a slow request with `extra` fields and returns the decode blocks it holds.
 async fn booked_blocks(extra: serde_json::Value) -> u64 {
-    let worker = spawn_worker(1, Duration::from_millis(400)).await;
-    let node = spawn_node_profiled(
-        &[&worker.url],
-        Limits::default(),
-        Prompter::default(),
-        &profile(),
-    )
-    .await;
-    let mut body = json!({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 64});
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
+    let (_worker, node) = fleet(Duration::from_millis(400)).await;
+    let body = with(
+        json!({"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 64}),
+        &extra,
+    );
     let (http, url) = (node.http.clone(), format!("{}/v1/completions", node.url));
     let sent = tokio::spawn(async move { http.post(url).json(&body).send().await });
     let mut blocks = 0;
@@ -153,18 +152,8 @@ async fn every_sequence_the_engine_generates_is_booked() {
         json!({"best_of": 100_000}),
         json!({"n": "2"}),
     ] {
-        let worker = spawn_worker(1, Duration::from_millis(1)).await;
-        let node = spawn_node_profiled(
-            &[&worker.url],
-            Limits::default(),
-            Prompter::default(),
-            &profile(),
-        )
-        .await;
-        let mut body = json!({"model": "m", "prompt": "hello"});
-        for (k, v) in bad.as_object().unwrap() {
-            body[k] = v.clone();
-        }
+        let (_worker, node) = fleet(Duration::from_millis(1)).await;
+        let body = with(json!({"model": "m", "prompt": "hello"}), &bad);
         let response = node.call("/v1/completions", body).await;
         assert_eq!(response.status(), 400, "{bad}");
     }
