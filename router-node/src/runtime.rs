@@ -2,7 +2,7 @@
 //! once at the top of a command: a runtime that cannot start is said on stderr, naming the
 //! command, and ends it with exit code 1. And the process's open-files limit, raised for a
 //! serving node ([`raise_open_files_limit`]): every client and every upstream leg holds a
-//! socket.
+//! socket. And one command line's parsing for every binary ([`parse_args`]).
 
 use std::process::ExitCode;
 use tokio::runtime::{Builder, Runtime};
@@ -17,6 +17,17 @@ pub fn start(command: &str) -> Result<Runtime, ExitCode> {
             eprintln!("{command}: cannot start the async runtime: {e}");
             ExitCode::from(1)
         })
+}
+
+/// The command line of a binary (`args` with the program name): help and version printed
+/// on stdout, usage errors on stderr, each with clap's exit code (0, or 2) to end with.
+pub fn parse_args<C: clap::Parser>(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<C, ExitCode> {
+    C::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+    })
 }
 
 /// Raises the soft open-files limit to the hard one and logs both (once per process, at the

@@ -92,13 +92,9 @@ struct DemoArgs {
 
 /// Parses `args` (including the program name) and runs the command.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match router_node::runtime::parse_args::<Cli>(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // Help and version go to stdout with 0; usage errors to stderr with 2.
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
+        Err(code) => return code,
     };
     match cli.command {
         Command::Demo(args) => run_demo(&args),
