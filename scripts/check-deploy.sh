@@ -12,7 +12,8 @@
 # The tools go into .tools/compose and .tools/k8s (git-ignored), pinned; installed once, reused
 # after (a stamp file records what each venv holds). Rendered manifests: .tools/k8s/rendered/.
 # Whether every metric of the dashboard is served, and whether the configs and grace periods
-# agree with the node, is checked by tests/tests/dashboard_metrics.rs and deploy_files.rs.
+# agree with the node, is checked by tests/tests/fleet/dashboard_metrics.rs and
+# tests/tests/system/deploy_files.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

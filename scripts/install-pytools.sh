@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python tools of the tests into .tools/py (git-ignored): a venv with the official
-# `openai` client, which router-node/tests/openai_python_client.rs drives against a node.
+# `openai` client, which router-node/tests/integration/openai_python_client.rs drives against a
+# node.
 # Idempotent: does nothing when .tools/py/bin/python already imports an `openai` of the pinned
 # major version. Prints the interpreter and the client's version on its last line.
 set -euo pipefail

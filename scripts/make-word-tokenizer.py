@@ -13,8 +13,8 @@ Usage: make-word-tokenizer.py WORDS_TXT OUT_DIR
   OUT_DIR    gets tokenizer.json, tokenizer_config.json and config.json
 
 Needs the `tokenizers` library (in the peers' venv: scripts/install-peers.sh). The output for
-the shipped list is checked in under tests/data/word-tokenizer/; tests/tests/compare_routers.rs
-checks that it still has one token per word of bench's list.
+the shipped list is checked in under tests/data/word-tokenizer/;
+tests/tests/system/compare_routers.rs checks that it still has one token per word of bench's list.
 """
 
 import json

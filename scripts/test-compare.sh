@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The router comparison's smoke tests (tests/tests/compare_routers.rs, ignored by default):
+# The router comparison's smoke tests (tests/tests/system/compare_routers.rs, ignored by default,
+# in the `system` test binary):
 # `compare-routers` over a short synthesised trace with heavy prefix sharing, HAProxy round
 # robin and one Switchyard replica on the same fresh fleet (each row all ok, Switchyard's hit
 # rate at least round robin's, a missing peer reported as such), and the same two routers in
@@ -20,16 +21,16 @@ export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$PWD/.tools/nats/bin/nats-server}"
 export HAPROXY_BIN="${HAPROXY_BIN:-$PWD/.tools/haproxy/bin/haproxy}"
 
 cargo build -p router-node -p router-tools --locked
-cargo test -p switchyard-system-tests --locked --test compare_routers -- --ignored \
-  switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row \
-  two_rounds_keep_each_round_and_rank_the_routers_by_medians
+cargo test -p switchyard-system-tests --locked --test system -- --ignored \
+  compare_routers::switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row \
+  compare_routers::two_rounds_keep_each_round_and_rank_the_routers_by_medians
 
 if [ "${SWITCHYARD_COMPARE_PEERS:-}" = "1" ]; then
   PEERS=sglang-gateway ./scripts/install-peers.sh || true
 fi
 if [ -f .tools/peers/ok/sglang-router-0.3.2 ] && [ -x .tools/peers/bin/smg ]; then
-  cargo test -p switchyard-system-tests --locked --test compare_routers -- --ignored \
-    the_sglang_gateway_runs_on_the_same_fleet
+  cargo test -p switchyard-system-tests --locked --test system -- --ignored \
+    compare_routers::the_sglang_gateway_runs_on_the_same_fleet
 else
   echo "test-compare: SGLang's gateway is not installed (scripts/install-peers.sh, or" \
     "SWITCHYARD_COMPARE_PEERS=1): its comparison skipped"

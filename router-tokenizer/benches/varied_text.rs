@@ -1,7 +1,7 @@
 //! Deterministic "varied" text for the tokenizer benchmark and the split-equals-whole tests:
 //! prose, code with indentation, JSON, numbers, Markdown, tabs, runs of blank lines and
 //! trailing spaces, accented, Cyrillic, CJK and emoji words. Shared by `benches/tokenize.rs`
-//! and `tests/tokenizer_model_dir.rs` (included with `#[path]`).
+//! and the tests (`tests/integration/main.rs`; included with `#[path]`).
 
 const WORDS: &[&str] = &[
     "the",

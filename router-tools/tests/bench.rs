@@ -3,7 +3,7 @@
 //! prompt format as the worker receives it, over real HTTP against a router node in front of
 //! a simulated engine or a stand-in worker (`bench::run` and `bench::run_until`, the library
 //! functions behind the command). The binary's exit codes, and the queue-depth plot of a
-//! `serve` node, are tested with the whole-system tests (`tests/tests/bench_cli.rs`).
+//! `serve` node, are tested with the whole-system tests (`tests/tests/system/bench_cli.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -8,7 +8,7 @@ have a policy profile with classes, so that it answers 400). Prints one line per
 `ok <check>: ...` or `FAIL <check>: <reason>`, and exits 1 when any check failed
 (2 on bad usage or when `openai` cannot be imported).
 
-Run by router-node/tests/openai_python_client.rs; the client is installed by
+Run by router-node/tests/integration/openai_python_client.rs; the client is installed by
 scripts/install-pytools.sh.
 """
 

@@ -10,7 +10,7 @@ requests of SLOW_KEY (the second: RateLimitError, 429, with a Retry-After). Prin
 check, `ok <check>: ...` or `FAIL <check>: <reason>`, and exits 1 when any check failed (2 on
 bad usage or when `openai` cannot be imported).
 
-Run by router-node/tests/openai_python_client.rs; the client is installed by
+Run by router-node/tests/integration/openai_python_client.rs; the client is installed by
 scripts/install-pytools.sh.
 """
 

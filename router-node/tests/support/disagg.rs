@@ -1,7 +1,7 @@
 //! The harness of the disaggregated frontend tests, shared by `disagg_frontend.rs` (vLLM
 //! convention) and `disagg_sglang.rs` (SGLang): a node's prefill and decode RouterActors on a
 //! `LocalBus`, simulated or stand-in workers, and the frontend over both pools, using the
-//! including test file's `CONVENTION`.
+//! including module's `CONVENTION` (each includes it with `#[path]`).
 
 use futures::StreamExt as _;
 use router_actors::bus::Bus;

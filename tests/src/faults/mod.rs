@@ -1,4 +1,4 @@
-//! Issue #11's fault scenarios, shared by the CI tests (`tests/tests/cluster_*.rs`) and the
+//! Issue #11's fault scenarios, shared by the CI tests (`tests/tests/fleet/cluster_*.rs`) and the
 //! `cluster-faults` command: a fleet from the cluster harness (a real nats-server, N `serve`
 //! replicas, M simulated aggregated workers, HAProxy), load from `router-tools bench` as a
 //! separate process (constant-rate synthetic load through HAProxy, `--per-request`), the
