@@ -4,7 +4,7 @@
 //! raw bus messages.
 //!
 //! The contract both implementations keep, checked against both by
-//! `router-actors/tests/bus_contract.rs` (the NATS half against a real nats-server):
+//! `router-actors/tests/integration/bus_contract.rs` (the NATS half against a real nats-server):
 //! - **subjects** are non-empty dot-separated tokens without whitespace ([`valid_subject`]);
 //!   a subscription may use `*` (exactly one token) and `>` (one or more trailing tokens,
 //!   last token only), as NATS does. Publishing to, requesting on or subscribing to an
