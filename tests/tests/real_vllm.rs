@@ -535,9 +535,10 @@ async fn real_vllm_engines_behind_switchyard() {
     );
     load_shows(&routers[0]).await;
 
-    // SIGKILL engine A while streams run on both engines (twelve: more than an engine runs at
-    // once, so some are still running or waiting there however fast it generates).
-    let streams: Vec<_> = (0..12u64)
+    // SIGKILL engine A while streams run on both engines (twenty-four: three times what an
+    // engine runs at once, so about half of them still wait on each engine when it dies,
+    // however fast it generates on an idle machine; twelve were once all done in time).
+    let streams: Vec<_> = (0..24u64)
         .map(|i| {
             let router = routers[i as usize % 2].api.clone();
             tokio::spawn(async move {
