@@ -15,6 +15,7 @@
 //! - `report.rs`: the measurements and the serialisable report (the JSON).
 //! - `render.rs`: the report as a table.
 
+mod engines;
 pub mod http;
 mod render;
 mod report;

@@ -15,7 +15,7 @@ use router_core::{ClassId, PolicyProfile, RankId, Scheduler};
 use serde::Serialize;
 
 use super::Options;
-use super::sim::{KV_BLOCKS, MAX_BATCHED_TOKENS, committed_pct};
+use super::engines::{KV_BLOCKS, MAX_BATCHED_TOKENS, committed_pct};
 
 /// At most this many anomalies are kept verbatim (all are counted).
 const ANOMALIES_KEPT: usize = 10;

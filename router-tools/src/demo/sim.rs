@@ -1,47 +1,32 @@
 //! The discrete-event simulation: the real router-core schedulers driving router-sim's
-//! engines (the same engine model `worker --sim` serves) in simulated time (microseconds, no
-//! clock, no sleeps).
+//! engines (`engines.rs`, the model `worker --sim` serves) in simulated time. Events are
+//! arrivals and engine passes, ordered by (time, insertion order), so a seed always gives the
+//! same run; a pass's first tokens and finishes are delivered at its end. The earliest
+//! scheduler deadline is checked before each event, so sheds happen exactly on time; the
+//! gate's prefix lookups read a router-core KV index fed by the engines' own KV events.
 //!
-//! Events are arrivals and engine passes, ordered by (time, insertion order) so a seed always
-//! gives the same run. A pass's first tokens and finishes belong to its end: they are
-//! delivered when the engine's next pass event comes due. Before each event the earliest
-//! scheduler deadline (a queued request's SLO or a reservation's lease) is checked: when it
-//! is due first, the clock moves to it and `expire` runs there, so deadline sheds happen
-//! exactly on time. The gate's prefix lookups read a router-core KV index fed by the
-//! engines' own KV events, as a router node's index is.
-//!
-//! - Aggregated: one scheduler; admission books and submits to the chosen engine, the first
-//!   token calls `prefill_done`, the end calls `release`; each of them that frees capacity is
-//!   followed by `drain`.
-//! - Disaggregated: the prefill scheduler is the only gate and reads the decode ledger as
-//!   its room view. Its admission carries a decode reservation, applied to the decode
-//!   ledger at once. When the prefill engine is done (its KV staged), the decode leg books
-//!   admitted-upstream (converting the reservation) on the decode engine the decode
-//!   scheduler picks, the KV moves there at once and the prefill booking is released; a
-//!   decode release drains the prefill queue with the decode ledger as the room view (the
-//!   `RoomChanged` signal).
+//! - Aggregated: admission books and submits, the first token calls `prefill_done`, the end
+//!   `release`; each that frees capacity is followed by `drain`.
+//! - Disaggregated: the prefill scheduler is the only gate and reserves decode room; when the
+//!   prefill engine is done the decode leg books admitted-upstream on the decode engine the
+//!   decode scheduler picks, the KV moves there, the prefill booking is released, and a decode
+//!   release drains the prefill queue (the `RoomChanged` signal).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use router_core::hashing::SequenceHash;
-use router_core::ledger::{BookingLedger, Reservation, ReserveResult};
+use router_core::ledger::{Reservation, ReserveResult};
 use router_core::{
     AdmissionRequest, ClassId, DecodeRoomView, Outcome, Phase, PoolRole, RankId, ReferenceIndex,
     RequestId, RouterId, Scheduler, SchedulerConfig, Timestamp, WorkerSpec,
 };
-use router_sim::engine::{Engine, EngineConfig, Role, SeqRequest, StepOutput};
+use router_sim::engine::{Role, SeqRequest, StepOutput};
 
 use super::Options;
+use super::engines::{Engines, KV_BLOCKS, MAX_BATCHED_TOKENS, index_of, rank_index, request_id};
 use super::report::Recorder;
 use super::workload::{self, BLOCK_TOKENS, Spec};
-
-/// KV blocks of every simulated rank.
-pub const KV_BLOCKS: u64 = 2048;
-/// The engines' step budget in tokens.
-pub const MAX_BATCHED_TOKENS: u64 = 8192;
-/// Sequences one pass may run.
-const MAX_NUM_SEQS: usize = 256;
 
 /// Which pool of engines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,43 +58,6 @@ struct Req {
     state: State,
     /// The main pool's engine it was admitted on.
     rank: Option<usize>,
-}
-
-/// One pool's engines (one rank per worker, worker ids `0..n`).
-#[derive(Debug)]
-struct Engines {
-    engines: Vec<Engine>,
-    /// What each engine's running pass did, delivered at its end.
-    pending: Vec<Option<StepOutput>>,
-    /// Whether a pass event is scheduled for the engine.
-    busy: Vec<bool>,
-}
-
-impl Engines {
-    fn new(workers: u32, role: Role) -> Result<Self, String> {
-        let engines = (0..u64::from(workers))
-            .map(|w| {
-                Engine::new(EngineConfig {
-                    worker_id: router_core::WorkerId(w),
-                    dp_rank: 0,
-                    block_size: BLOCK_TOKENS as usize,
-                    total_kv_blocks: KV_BLOCKS as usize,
-                    max_num_batched_tokens: MAX_BATCHED_TOKENS as usize,
-                    max_num_seqs: MAX_NUM_SEQS,
-                    speedup: 1.0,
-                    role,
-                    staging_timeout_us: u64::MAX,
-                })
-                .map_err(|e| format!("engine config: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let n = engines.len();
-        Ok(Self {
-            engines,
-            pending: (0..n).map(|_| None).collect(),
-            busy: vec![false; n],
-        })
-    }
 }
 
 /// One run of the demo.
@@ -342,36 +290,24 @@ impl Sim {
 
     /// The engine's last pass ends now: deliver what it did, then run the next one.
     fn on_pass(&mut self, side: Side, rank: usize) {
-        let done = self
-            .engines(side)
-            .and_then(|e| e.pending.get_mut(rank))
-            .and_then(Option::take);
+        let now = self.now;
+        let Some(done) = self.engines(side).map(|e| e.take_done(rank)) else {
+            return;
+        };
         if let Some(out) = done {
             self.deliver(side, out);
         }
-        let now = self.now;
         let Some(engines) = self.engines(side) else {
             return;
         };
-        let (Some(engine), Some(busy)) =
-            (engines.engines.get_mut(rank), engines.busy.get_mut(rank))
-        else {
+        // Nothing to run: the next submit wakes it.
+        let Some((end, events)) = engines.start_pass(rank, now) else {
             return;
         };
-        let out = (!engine.is_idle()).then(|| engine.step(now));
-        let Some(out) = out.filter(StepOutput::did_work) else {
-            // Nothing to run: the next submit wakes it.
-            *busy = false;
-            return;
-        };
-        let end = now.saturating_add(out.duration_us.max(1));
         if side == Side::Main {
-            for event in &out.kv_events {
+            for event in &events {
                 self.index.apply(event);
             }
-        }
-        if let Some(slot) = self.engines(side).and_then(|e| e.pending.get_mut(rank)) {
-            *slot = Some(out);
         }
         self.at(end, Event::Pass(side, rank));
     }
@@ -559,24 +495,4 @@ impl Sim {
         self.rec
             .finish(self.now, idle, &self.main, self.decode.as_ref());
     }
-}
-
-/// Request ids are the workload index plus one (never the nil id).
-fn request_id(i: usize) -> RequestId {
-    RequestId::from_u128(i as u128 + 1)
-}
-
-fn index_of(id: RequestId) -> Option<usize> {
-    usize::try_from(id.0.as_u128().checked_sub(1)?).ok()
-}
-
-fn rank_index(rank: RankId, workers: u32) -> Option<usize> {
-    (rank.dp_rank == 0 && rank.worker.0 < u64::from(workers)).then_some(rank.worker.0 as usize)
-}
-
-/// Booked plus reserved decode blocks of a rank, as a share of its KV (percent).
-pub fn committed_pct(ledger: &BookingLedger, rank: RankId) -> Option<f64> {
-    let s = ledger.rank_snapshot(rank)?;
-    let total = s.total_kv_blocks.filter(|&t| t > 0)?;
-    Some((s.decode_blocks + s.reserved_blocks) as f64 * 100.0 / total as f64)
 }
