@@ -42,6 +42,7 @@ mod classify;
 mod disagg;
 mod error;
 mod handlers;
+mod key_errors;
 mod limits;
 mod openai;
 mod placement;
