@@ -20,8 +20,10 @@ cd "$(dirname "$0")/.."
 export NATS_SERVER_BIN="${NATS_SERVER_BIN:-$PWD/.tools/nats/bin/nats-server}"
 export HAPROXY_BIN="${HAPROXY_BIN:-$PWD/.tools/haproxy/bin/haproxy}"
 
-cargo build -p router-node -p router-tools --locked
-cargo test -p switchyard-system-tests --locked --test system -- --ignored \
+# The binaries the tests run, built as `cargo test --workspace` builds them (the same
+# features, so after the workspace's tests this is no work and nothing is built twice).
+cargo test --workspace --locked --no-run
+cargo test --workspace --locked --test system -- --ignored \
   compare_routers::switchyard_hits_at_least_round_robin_and_a_missing_peer_is_a_row \
   compare_routers::two_rounds_keep_each_round_and_rank_the_routers_by_medians
 
@@ -29,7 +31,7 @@ if [ "${SWITCHYARD_COMPARE_PEERS:-}" = "1" ]; then
   PEERS=sglang-gateway ./scripts/install-peers.sh || true
 fi
 if [ -f .tools/peers/ok/sglang-router-0.3.2 ] && [ -x .tools/peers/bin/smg ]; then
-  cargo test -p switchyard-system-tests --locked --test system -- --ignored \
+  cargo test --workspace --locked --test system -- --ignored \
     compare_routers::the_sglang_gateway_runs_on_the_same_fleet
 else
   echo "test-compare: SGLang's gateway is not installed (scripts/install-peers.sh, or" \

@@ -18,5 +18,7 @@ NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
 echo "== cargo test: real vLLM engines behind Switchyard"
-cargo build -p router-node -p router-tools --locked
-cargo test -p switchyard-system-tests --locked --test real_vllm -- --ignored --nocapture
+# The binaries the tests run, built as `cargo test --workspace` builds them (the same
+# features, so after the workspace's tests this is no work and nothing is built twice).
+cargo test --workspace --locked --no-run
+cargo test --workspace --locked --test real_vllm -- --ignored --nocapture

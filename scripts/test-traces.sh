@@ -24,5 +24,7 @@ NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
 export NATS_SERVER_BIN
 
 echo "== cargo test: traces of two replicas and a worker in Phoenix"
-cargo build -p router-node -p router-tools --locked
-cargo test -p switchyard-system-tests --locked --test otel_phoenix -- --ignored --nocapture
+# The binaries the tests run, built as `cargo test --workspace` builds them (the same
+# features, so after the workspace's tests this is no work and nothing is built twice).
+cargo test --workspace --locked --no-run
+cargo test --workspace --locked --test otel_phoenix -- --ignored --nocapture

@@ -10,7 +10,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-# The debug build of every test target takes about 12 GB (4 GB more with incremental state);
+# The debug build of every test target takes about 2 GB (more with incremental state);
 # say how much room there is so a full disk is obvious from the log.
 echo "== disk: $(df -h . | awk 'NR==2 {print $4 " free on " $6}')"
 

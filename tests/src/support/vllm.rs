@@ -42,17 +42,25 @@ pub struct VllmEngine {
 
 impl VllmEngine {
     /// Starts an engine and returns once its `/health` answers (up to the script's timeout).
+    /// An engine that exits before serving is started once more on fresh ports: two CPU
+    /// engines starting side by side have, rarely, failed their engine core's start-up (a
+    /// port another process took between our pick and vLLM's bind).
     pub fn start(name: &str, num_gpu_blocks: Option<u32>) -> Self {
-        let engine = Self {
-            name: name.to_owned(),
-            port: free_port(),
-            kv_port: free_port(),
-            replay_port: free_port(),
-            num_gpu_blocks,
-            dir: TempDir::new("vllm"),
+        let attempt = || {
+            let engine = Self {
+                name: name.to_owned(),
+                port: free_port(),
+                kv_port: free_port(),
+                replay_port: free_port(),
+                num_gpu_blocks,
+                dir: TempDir::new("vllm"),
+            };
+            engine.launch().map(|()| engine)
         };
-        engine.launch();
-        engine
+        attempt().unwrap_or_else(|first| {
+            eprintln!("{name}: the engine did not start, once more on fresh ports:\n{first}");
+            attempt().unwrap_or_else(|second| panic!("{second}"))
+        })
     }
 
     /// Starts several engines at once (start-up is mostly Python imports: in parallel).
@@ -72,7 +80,7 @@ impl VllmEngine {
         })
     }
 
-    fn launch(&self) {
+    fn launch(&self) -> Result<(), String> {
         let mut command = Command::new(workspace_root().join("scripts/start-vllm.sh"));
         command
             .arg("--model")
@@ -88,13 +96,15 @@ impl VllmEngine {
         let out = command
             .output()
             .unwrap_or_else(|e| panic!("cannot run scripts/start-vllm.sh: {e}"));
-        assert!(
-            out.status.success(),
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{}: start-vllm.sh failed:\n{}\n{}",
             self.name,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
+        ))
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -142,7 +152,7 @@ impl VllmEngine {
 
     /// Starts the engine again on the same ports.
     pub fn restart(&self) {
-        self.launch();
+        self.launch().unwrap_or_else(|e| panic!("{e}"));
     }
 
     fn stop(&self) {
