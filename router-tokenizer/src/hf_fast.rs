@@ -143,7 +143,8 @@ impl FastHf {
         longest
     }
 
-    /// The first piece [`Self::encode`] would merge that is longer than `limit`, by length.
+    /// The first piece [`Self::encode`] would merge that is longer than `limit`, by a lower
+    /// bound of its length.
     pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
         let mut over = None;
         self.texts(text, &mut |text| {

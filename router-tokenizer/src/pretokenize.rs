@@ -57,7 +57,7 @@ impl Splitter {
         let mut at = 0;
         let mut gap: Option<usize> = None;
         while at < text.len() {
-            match self.piece_end(text, at) {
+            match self.piece_end(text, at, text.len()) {
                 Some(end) => {
                     if let Some(start) = gap.take() {
                         each(&text[start..at]);
@@ -84,13 +84,17 @@ impl Splitter {
         longest
     }
 
-    /// The first piece of `text` longer than `limit` bytes, by its length; `None` when every
-    /// piece is within it. Stops at that piece (a refusal costs no more than the scan to it).
+    /// The first piece of `text` longer than `limit` bytes, by a lower bound of its length
+    /// (more than `limit`); `None` when every piece is within it. Each piece is looked for
+    /// within [`PIECE_WINDOW`] bytes past `limit` from its start: one that fills that window
+    /// is over the limit whatever follows, so a refusal costs no more than the scan to the
+    /// piece plus the window (not the rest of a megabyte-long piece).
     pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
         let mut at = 0;
         let mut gap: Option<usize> = None;
         while at < text.len() {
-            match self.piece_end(text, at) {
+            let window = window_end(text, at, limit);
+            match self.piece_end(text, at, window) {
                 Some(end) => {
                     if let Some(start) = gap.take()
                         && at - start > limit
@@ -111,9 +115,13 @@ impl Splitter {
         gap.map(|start| text.len() - start).filter(|&n| n > limit)
     }
 
-    /// Where the piece starting at `at` ends, if one starts there.
-    fn piece_end(&self, text: &str, at: usize) -> Option<usize> {
-        let input = Input::new(text).range(at..).anchored(Anchored::Yes);
+    /// Where the piece starting at `at` ends, if one starts there, reading `text` up to
+    /// `window` only (`text.len()` for the whole text): a piece that reaches `window`
+    /// before the text's end is cut there, so it is at least as long as it says.
+    fn piece_end(&self, text: &str, at: usize, window: usize) -> Option<usize> {
+        let input = Input::new(&text[..window])
+            .range(at..)
+            .anchored(Anchored::Yes);
         // The known heads never match empty text; should one, the tail is tried instead.
         if let Some(half) = self.head.search_half(&input)
             && half.offset() > at
@@ -121,7 +129,7 @@ impl Splitter {
             return Some(half.offset());
         }
         let (mut last, mut end) = (None, 0);
-        for (i, c) in text[at..].char_indices() {
+        for (i, c) in text[at..window].char_indices() {
             if !c.is_whitespace() {
                 break;
             }
@@ -131,12 +139,32 @@ impl Splitter {
         Some(match at + end == text.len() {
             // `\s+(?!\S)` takes the whole run when nothing follows it.
             true => at + end,
+            // A run cut by the window: as long as the window lets it be.
+            false if at + end == window => window,
             // Followed by more text: all but the last character when that leaves one (the
             // look-ahead then sees whitespace), else `\s+` takes the one character.
             false if last > 0 => at + last,
             false => at + end,
         })
     }
+}
+
+/// How far past a limit [`Splitter::piece_over`] reads for one piece: more than any
+/// alternative of the known patterns needs to tell which one matches (a contraction, a
+/// character before a word), so a piece that fills the window is over the limit.
+const PIECE_WINDOW: usize = 16;
+
+/// The end of the window [`Splitter::piece_over`] reads a piece starting at `at` in: `limit`
+/// plus [`PIECE_WINDOW`] bytes, moved forward to a character boundary, at most the text.
+fn window_end(text: &str, at: usize, limit: usize) -> usize {
+    let mut end = at.saturating_add(limit).saturating_add(PIECE_WINDOW);
+    if end >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    end
 }
 
 /// What kind of character continues a run ([`longest_run`]).
@@ -228,6 +256,43 @@ mod tests {
         assert_eq!(longest_run("ab\u{200c}cd 1"), 7);
     }
 
+    /// The first piece over `limit` by its exact length, from the unbounded split.
+    fn first_over(splitter: &Splitter, text: &str, limit: usize) -> Option<usize> {
+        pieces(splitter, text)
+            .into_iter()
+            .map(str::len)
+            .find(|&n| n > limit)
+    }
+
+    proptest::proptest! {
+        /// Reading each piece within a window past the limit refuses exactly the texts the
+        /// whole split refuses, with a length between the limit and the piece's own (plus at most one character).
+        #[test]
+        fn a_windowed_piece_check_refuses_what_the_whole_split_refuses(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "B", "\u{301}", "1", " ", "  ", "\n", "\r\n", "\t", "!", "'s", "東",
+                    "\u{200d}", "é", "-", "/",
+                ]),
+                0..120,
+            ),
+            limit in 1usize..24,
+        ) {
+            let text: String = parts.concat();
+            for pattern in [tiktoken_rs::O200K_BASE_PAT_STR, LLAMA3, QWEN2, GPT2] {
+                let splitter = Splitter::new(pattern).expect("known");
+                let exact = first_over(&splitter, &text, limit);
+                let bounded = splitter.piece_over(&text, limit);
+                proptest::prop_assert_eq!(exact.is_some(), bounded.is_some(), "{:?} {}", text, limit);
+                if let (Some(exact), Some(bounded)) = (exact, bounded) {
+                    // A whitespace run the window cut may count its last character, which the whole
+                    // split gives to the next piece.
+                    proptest::prop_assert!(limit < bounded && bounded <= exact + 4);
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_longest_piece_follows_each_patterns_rules_for_marks_and_digits() {
         let o200k = Splitter::new(tiktoken_rs::O200K_BASE_PAT_STR).expect("known");
@@ -240,9 +305,15 @@ mod tests {
         assert_eq!(o200k.longest_piece(&"7".repeat(50)), 3);
         assert_eq!(llama3.longest_piece("ab 1234567 cd"), 3);
         assert_eq!(o200k.longest_piece(""), 0);
-        // The first piece over a limit, by its length; none within it.
+        // The first piece over a limit, by a lower bound of its length (read up to the limit
+        // and a window past it); none within it.
         let text = format!("ab {marked} cd");
-        assert_eq!(o200k.piece_over(&text, 200), Some(marked.len() + 1));
+        assert!(
+            o200k
+                .piece_over(&text, 200)
+                .is_some_and(|n| (201..=301).contains(&n))
+        );
+        assert_eq!(o200k.piece_over(&text, 300), Some(301));
         assert_eq!(o200k.piece_over(&text, 301), None);
         assert_eq!(llama3.piece_over(&text, 3), None);
         // o200k keeps newlines and slashes after a symbol in its piece: `!` then `\n/` runs.

@@ -206,7 +206,7 @@ impl ApiError {
             "word_too_long",
         )
         .message(format!(
-            "prompt: the tokenizer would merge {piece} bytes of it as one piece (letters and \
+            "prompt: the tokenizer would merge at least {piece} bytes of it as one piece (letters and \
              their combining marks, digits, whitespace or symbols without a break); this \
              server's limit (http.max_word_bytes) is {limit}"
         ))
