@@ -178,9 +178,18 @@ impl Tokenizer {
             true => split::encode_parallel(text, |piece| self.encode_piece(piece)),
             false => self.encode_piece(text),
         };
-        match (self, specials) {
-            (Self::HuggingFace(hf), true) => hf.with_specials(body),
-            _ => body,
+        match specials {
+            true => self.with_specials(body),
+            false => body,
+        }
+    }
+
+    /// `body` with the special tokens this tokenizer adds around a sequence (a tokenizer
+    /// loaded from a model directory; none for the others).
+    pub(crate) fn with_specials(&self, body: Vec<u32>) -> Vec<u32> {
+        match self {
+            Self::HuggingFace(hf) => hf.with_specials(body),
+            Self::Tiktoken(_) => body,
         }
     }
 
@@ -240,8 +249,9 @@ impl Tokenizer {
         }
     }
 
-    /// The first piece of `text` longer than `limit` bytes, by its length, or `None` when
-    /// none is: [`Self::longest_piece`]'s pieces, stopping at the first one over; for a
+    /// The first piece of `text` longer than `limit` bytes, by a lower bound of its length
+    /// (each piece read up to a few bytes past the limit), or `None` when none is:
+    /// [`Self::longest_piece`]'s pieces, stopping at the first one over; for a
     /// tokenizer whose pieces cannot be measured, the first run of [`crate::longest_run`]
     /// over it. Text of at most `limit` bytes is not scanned.
     pub fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {

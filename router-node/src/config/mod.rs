@@ -178,7 +178,7 @@ pub enum TokenizerKind {
 /// `[tokenizer]`: how the router turns a prompt into the tokens it hashes and counts. The
 /// workers must tokenize the same way for the KV events to match. Token ids given in a
 /// request body are always used as they are.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TokenizerSection {
     /// The model directory the engines serve (relative to the config file's directory):
@@ -211,6 +211,25 @@ pub struct TokenizerSection {
     /// (`"prompt": [ids]`, a batch as one list per part), so the engine does not tokenize it
     /// again. Only when the engines tokenize exactly as configured here (`model_dir`).
     pub forward_token_ids: bool,
+    /// MiB of token ids of text already seen, reused for prompts that repeat it (shared
+    /// system prompts, a conversation's earlier turns); 0 turns the cache off.
+    pub cache_mb: u64,
+}
+
+impl Default for TokenizerSection {
+    fn default() -> Self {
+        Self {
+            model_dir: None,
+            kind: TokenizerKind::default(),
+            encoding: TiktokenEncoding::default(),
+            path: None,
+            chat_template: None,
+            bos_token: None,
+            eos_token: None,
+            forward_token_ids: false,
+            cache_mb: 256,
+        }
+    }
 }
 
 /// `[selection]`: router-core's `SelectionConfig`.

@@ -1,9 +1,10 @@
 //! `[tokenizer]`: its validation, and loading the configured tokenizer and chat rendering
 //! (a tiktoken encoding, a `tokenizer.json` with an optional chat template, or a model
-//! directory) as the frontend's [`Prompter`].
+//! directory) as the frontend's [`Prompter`], with a token cache of `cache_mb`.
 
 use super::{Config, ConfigError, TokenizerKind, TokenizerSection};
-use router_tokenizer::{ChatTemplate, Prompter, Tokenizer};
+use router_tokenizer::{ChatTemplate, Prompter, TokenCache, Tokenizer};
+use std::sync::Arc;
 
 impl TokenizerSection {
     /// The keys that go together; the first conflict is reported by its key.
@@ -48,6 +49,14 @@ impl Config {
     /// The configured tokenizer and chat rendering, files loaded. An error names
     /// `tokenizer.path`, `tokenizer.chat_template` or `tokenizer.model_dir` and the file.
     pub fn prompter(&self) -> Result<Prompter, ConfigError> {
+        let prompter = self.prompter_uncached()?;
+        Ok(match self.tokenizer.cache_mb {
+            0 => prompter,
+            mb => prompter.with_cache(Arc::new(TokenCache::new(mb.saturating_mul(1 << 20)))),
+        })
+    }
+
+    fn prompter_uncached(&self) -> Result<Prompter, ConfigError> {
         let tok = &self.tokenizer;
         if let Some(dir) = &tok.model_dir {
             return Prompter::from_model_dir(dir).map_err(|e| ConfigError::Tokenizer {

@@ -24,7 +24,7 @@ use super::placement::{self, Placements};
 use super::proxy::{BookingGuard, Target, forward, never_reached};
 use super::{AppState, Limits};
 use crate::auth::ApiKey;
-use crate::metrics::{RequestObserver, RequestOutcome};
+use crate::metrics::{RequestObserver, RequestOutcome, Stage};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -137,7 +137,10 @@ async fn handle_openai(
             // Kept for the error path alone: the class moves into `prepare` (no clone per request).
             let known_id = known.as_ref().map(|c| c.id);
             let key = key.as_deref();
-            match prepare(&state, endpoint, &headers, body, requested, known, key).await {
+            let prepared = prepare(
+                &state, endpoint, &headers, body, requested, known, key, observer,
+            );
+            match prepared.await {
                 Ok((mut prepared, class)) => {
                     prepared.request.deadline = Some(deadline);
                     observer.class(&class.name);
@@ -192,6 +195,7 @@ struct Prepared {
 /// Everything before the first hop: the body under its limits, parsing, the checks before
 /// tokenizing, a permit, tokenizing and the count, then the one classification (`classify`)
 /// every hop runs under, and the API key's checks that need the class or the tokens.
+#[allow(clippy::too_many_arguments)]
 async fn prepare(
     state: &AppState,
     endpoint: Endpoint,
@@ -200,9 +204,11 @@ async fn prepare(
     requested: Option<&str>,
     known: Option<Class>,
     key: Option<&ApiKey>,
+    observer: &mut RequestObserver,
 ) -> Result<(Prepared, Class), ApiError> {
     let limits = &state.limits;
     let bytes = read_body(body, headers, limits).await?;
+    observer.stage(Stage::Read);
     let mut request: ParsedRequest = state.prompter.parse(endpoint, &bytes)?.into();
     drop(bytes);
     request.take_engine_fields()?;
@@ -221,10 +227,21 @@ async fn prepare(
     let forward_ids = state.forward_token_ids
         && endpoint == Endpoint::Completions
         && matches!(&prompt, PromptInput::Text(parts) if parts.len() == 1);
-    // Under the node's tokenizer gate: a 503 when no slot comes free in time.
+    observer.stage(Stage::Parse);
+    // Under the node's tokenizer lanes (a 503 when no slot comes free in time), each chunk
+    // not in the token cache checked for a piece over `max_word_bytes` (a 400) first.
     let until = tokio::time::Instant::now() + limits.tokenize_wait();
-    let tokens = (state.prompter.tokenize_gated(endpoint, prompt, until).await)
-        .map_err(|busy| ApiError::tokenizer_saturated(&busy))?;
+    let tokenized = state
+        .prompter
+        .tokenize_gated(endpoint, prompt, until, limits.max_word_bytes)
+        .await?;
+    observer.stage(Stage::Tokenize);
+    observer.stage_moved(
+        Stage::Tokenize,
+        Stage::TokenizeWait,
+        tokenized.waited.as_secs_f64(),
+    );
+    let tokens = tokenized.ids;
     limits.check_prompt_tokens(tokens.len())?;
     if forward_ids {
         request.set_prompt_ids(&tokens);
@@ -244,6 +261,7 @@ async fn prepare(
     auth::limit_tokens(key, tokens.len() as u64, output)?;
     // Hashed once, here: the pool's router actor does no hashing, and no leg clones tokens.
     let prompt = state.router.prompt(&tokens, None);
+    observer.stage(Stage::Classify);
     Ok((
         Prepared {
             request,

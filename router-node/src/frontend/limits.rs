@@ -5,15 +5,17 @@
 //! `body_read_timeout` (no concurrency permit is held meanwhile), parsed, then checked here
 //! before it is tokenized: `max_tokens` against `max_tokens_limit`; a token-id prompt's
 //! length against `max_prompt_tokens`; a text prompt for a byte length that alone proves it
-//! longer than `max_prompt_tokens`, and for a piece longer than `max_word_bytes`. Only then
-//! is the permit taken and the text tokenized (under the node's tokenizer gate,
-//! [`tokenize_wait`]), and its count checked once more.
+//! longer than `max_prompt_tokens`. Only then is the permit taken and the text tokenized
+//! (under the node's tokenizer lanes, [`tokenize_wait`]), every chunk of it not in the token
+//! cache first checked for a piece longer than `max_word_bytes`, and its count checked once
+//! more.
 //!
 //! The piece bound: BPE merges within one pre-tokenizer piece, in time and memory that grow
 //! with the piece (tiktoken keeps some 50 bytes per byte of it, and a piece cannot be
 //! encoded in parallel parts), so no piece may be longer than `max_word_bytes`. The pieces
 //! are the configured tokenizer's own: its split pattern is run over the text before the
-//! BPE ([`Tokenizer::piece_over`], linear, nothing kept), so whatever that pattern joins
+//! BPE ([`Tokenizer::piece_over`], linear, nothing kept, each piece read at most a few
+//! bytes past the limit), so whatever that pattern joins
 //! (a letter and its combining marks such as U+0301, emoji with joiners and variation
 //! selectors, a symbol and the newlines after it) counts as one piece, and what it cuts
 //! (o200k's three-digit numbers) does not. For a HuggingFace pre-tokenizer it cannot run
@@ -114,7 +116,8 @@ impl Limits {
     }
 
     /// The checks before tokenizing (module docs): a token-id prompt by its length, a text
-    /// prompt by its length (given `tokenizer`'s longest token) and by `tokenizer`'s pieces.
+    /// prompt by its length (given `tokenizer`'s longest token). Its pieces are checked as it
+    /// is tokenized (`Prompter::tokenize_gated`).
     pub(super) fn check_prompt(
         &self,
         prompt: &PromptInput,
@@ -136,11 +139,6 @@ impl Limits {
                     Some((parts.iter().map(String::len).sum(), longest)),
                     self.max_prompt_tokens,
                 ));
-            }
-        }
-        for part in parts {
-            if let Some(piece) = tokenizer.piece_over(part, self.max_word_bytes) {
-                return Err(ApiError::word_too_long(piece, self.max_word_bytes));
             }
         }
         Ok(())
@@ -189,7 +187,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prompts_are_checked_by_ids_bytes_and_the_tokenizers_pieces() {
+    fn prompts_are_checked_by_ids_and_bytes_before_tokenizing() {
         let limits = Limits {
             max_prompt_tokens: 10,
             max_word_bytes: 8,
@@ -212,21 +210,10 @@ mod tests {
         );
 
         let text = |s: &str| PromptInput::Text(vec![s.to_owned()]);
-        let word = limits
-            .check_prompt(&text("aaaaaaaaa b"), &tokenizer)
-            .expect_err("a 9-byte word");
-        assert_eq!(word.reason, "word_too_long");
-        assert!(word.message.contains('9') && word.message.contains('8'));
-        // o200k keeps a letter and its combining marks in one piece: 3 x 3 bytes.
-        let marked = limits
-            .check_prompt(&text("a\u{301}a\u{301}a\u{301}"), &tokenizer)
-            .expect_err("a 9-byte piece");
-        assert_eq!(marked.reason, "word_too_long");
-        // It cuts numbers into three digits, so a long number is no long piece.
-        assert!(limits.check_prompt(&text("1234567890"), &tokenizer).is_ok());
+        // Pieces are checked as the text is tokenized (the prompter), not here.
         assert!(
             limits
-                .check_prompt(&text("ab cd ef gh"), &tokenizer)
+                .check_prompt(&text("aaaaaaaaa b"), &tokenizer)
                 .is_ok()
         );
         // 1,320 bytes, at most 128 bytes a token: at least 11 tokens > 10, without tokenizing.

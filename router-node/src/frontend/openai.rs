@@ -7,7 +7,7 @@
 use super::error::ApiError;
 use super::limits::{Deadline, Limits};
 use router_core::Endpoint;
-use router_tokenizer::{PromptError, PromptInput, RequestBody};
+use router_tokenizer::{PromptError, PromptInput, RequestBody, TokenizeError};
 use serde_json::{Map, Value};
 
 /// A validated OpenAI request.
@@ -46,6 +46,17 @@ impl From<RequestBody> for ParsedRequest {
 impl From<PromptError> for ApiError {
     fn from(e: PromptError) -> Self {
         ApiError::bad_field(&e.field, e.why)
+    }
+}
+
+impl From<TokenizeError> for ApiError {
+    /// No tokenizer slot in time is a 503 `tokenizer_saturated`; a piece over the limit a
+    /// 400 `word_too_long`.
+    fn from(e: TokenizeError) -> Self {
+        match e {
+            TokenizeError::Busy(busy) => ApiError::tokenizer_saturated(&busy),
+            TokenizeError::PieceTooLong(p) => ApiError::word_too_long(p.piece, p.limit),
+        }
     }
 }
 

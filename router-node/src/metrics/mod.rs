@@ -30,10 +30,12 @@ mod families;
 mod record;
 mod request;
 mod scrape;
+mod stages;
 
 pub use families::BuildInfo;
 pub use request::{RequestObserver, RequestOutcome};
 pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, pool_label};
+pub use stages::{SHORT_PROMPT_TOKENS, Stage, StageClock};
 
 use families::{AuthFamilies, HttpFamilies};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -61,6 +63,8 @@ pub struct Metrics {
     /// Each pool's prefix counters (matched, prompt blocks), in the order of [`POOLS`].
     pool_prefix: [OnceLock<(Counter, Counter)>; 3],
     auth: AuthFamilies,
+    /// Every stage's histograms by prompt size, looked up once.
+    stages: stages::StageSeries,
     /// The node observed at each scrape, if any.
     node: Option<NodeSources>,
 }
@@ -102,9 +106,22 @@ impl Metrics {
             // Present at 0 from the start.
             drop(http.connections.get_or_create(&listener_label(listener)));
         }
+        let stages = stages::StageSeries {
+            by_stage: Stage::ALL.map(|stage| {
+                stages::PROMPT_SIZES.map(|size| {
+                    http.stages
+                        .get_or_create(&vec![
+                            ("stage", stage.label().to_owned()),
+                            ("prompt", size.to_owned()),
+                        ])
+                        .clone()
+                })
+            }),
+        };
         Self {
             registry,
             http,
+            stages,
             classes: class_series::ClassSeriesCache::default(),
             pool_prefix: Default::default(),
             auth,

@@ -18,6 +18,7 @@
 
 use super::Metrics;
 use super::class_series::ClassSeries;
+use super::stages::{Stage, StageClock};
 use crate::sse::{Chunk, SseReader};
 use router_core::PrefixHit;
 use std::sync::Arc;
@@ -81,6 +82,8 @@ pub struct RequestObserver {
     streamed: bool,
     /// Still to record (on finish, or as `cancelled` on drop).
     armed: bool,
+    /// The time per stage before the first token.
+    stages: StageClock,
 }
 
 impl RequestObserver {
@@ -101,7 +104,18 @@ impl RequestObserver {
             last_content: None,
             streamed: false,
             armed: true,
+            stages: StageClock::new(started),
         }
+    }
+
+    /// `stage` of the request ends now ([`StageClock::mark`]).
+    pub fn stage(&mut self, stage: Stage) {
+        self.stages.mark(stage);
+    }
+
+    /// `seconds` of what was marked as `from` were spent in `into` instead.
+    pub fn stage_moved(&mut self, from: Stage, into: Stage, seconds: f64) {
+        self.stages.move_time(from, into, seconds);
     }
 
     /// The request's class, once resolved.
@@ -119,6 +133,7 @@ impl RequestObserver {
     /// The admission that does the prompt's work (aggregated, or the prefill leg): the
     /// router's token count and the prefix the chosen rank holds.
     pub fn admitted(&mut self, prompt_tokens: u64, prefix: PrefixHit) {
+        self.stages.mark(Stage::Admit);
         self.prompt_tokens = Some(prompt_tokens);
         self.cached_tokens = prefix.cached_tokens;
     }
@@ -148,10 +163,12 @@ impl RequestObserver {
         let http = &self.metrics.http;
         for _ in 0..content {
             match self.last_content {
-                None => self
-                    .series
-                    .ttft(http)
-                    .observe(now.duration_since(self.started).as_secs_f64()),
+                None => {
+                    self.series
+                        .ttft(http)
+                        .observe(now.duration_since(self.started).as_secs_f64());
+                    self.stages.record(&self.metrics.stages, self.prompt_tokens);
+                }
                 Some(previous) => self
                     .series
                     .itl(http)
@@ -174,6 +191,7 @@ impl RequestObserver {
             last_content: self.last_content,
             streamed: self.streamed,
             armed: self.armed,
+            stages: self.stages.clone(),
         };
         self.armed = false;
         taken

@@ -76,7 +76,7 @@ async fn no_tokenizer_slot_within_the_wait_is_a_503() {
         err["message"]
             .as_str()
             .unwrap()
-            .contains("1 tokenizer slots"),
+            .contains("1 quick tokenizer slots"),
         "{err}"
     );
     drop(held);

@@ -3,7 +3,7 @@
 
 use super::{
     BuildInfo, Counters, Gauges, HistogramFamily, duration_histogram, itl_histogram,
-    latency_histogram, ttft_histogram, wait_histogram,
+    latency_histogram, stage_histogram, ttft_histogram, wait_histogram,
 };
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,6 +26,7 @@ pub(in crate::metrics) struct HttpFamilies {
     pub ttft: HistogramFamily,
     pub itl: HistogramFamily,
     pub duration: HistogramFamily,
+    pub stages: HistogramFamily,
     pub prompt_tokens: Counters,
     pub cached_tokens: Counters,
     pub output_tokens: Counters,
@@ -53,6 +54,7 @@ impl HttpFamilies {
             ttft: Family::new_with_constructor(ttft_histogram as fn() -> _),
             itl: Family::new_with_constructor(itl_histogram as fn() -> _),
             duration: Family::new_with_constructor(duration_histogram as fn() -> _),
+            stages: Family::new_with_constructor(stage_histogram as fn() -> _),
             prompt_tokens: Counters::default(),
             cached_tokens: Counters::default(),
             output_tokens: Counters::default(),
@@ -143,6 +145,11 @@ impl HttpFamilies {
             "request_duration_seconds",
             "Time from receiving a request to the end of its answer, by policy class and outcome (ok, rejected, invalid, error, cancelled)",
             self.duration.clone(),
+        );
+        r.register(
+            "request_stage_seconds",
+            "Time a request spent in each stage before its first token (read, parse, tokenize_wait, tokenize, classify, admit, first_token), by prompt size (short: at most 2048 tokens, long)",
+            self.stages.clone(),
         );
         r.register(
             "prompt_tokens",
