@@ -68,8 +68,13 @@ struct Args {
     routers: String,
     /// The model directory every engine and router tokenizes with (tokenizer.json,
     /// tokenizer_config.json, config.json; default tests/data/word-tokenizer).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "o200k")]
     model_dir: Option<PathBuf>,
+    /// Every engine and Switchyard tokenize with tiktoken's o200k_base instead of a model
+    /// directory (the gateways do not tokenize; Dynamo, which needs a model directory, is
+    /// then a row saying so).
+    #[arg(long)]
+    o200k: bool,
     /// Where the results go (created).
     #[arg(long, default_value = "compare-out")]
     out: PathBuf,
@@ -102,7 +107,8 @@ fn options(args: &Args) -> Result<(Vec<Router>, CompareOptions), String> {
     if let Some(dir) = &args.model_dir {
         opts.model_dir = dir.clone();
     }
-    if !opts.model_dir.join("tokenizer.json").is_file() {
+    opts.o200k = args.o200k;
+    if !opts.o200k && !opts.model_dir.join("tokenizer.json").is_file() {
         return Err(format!(
             "--model-dir {}: has no tokenizer.json",
             opts.model_dir.display()
@@ -181,8 +187,10 @@ async fn rounds(
 /// One round's table, its notes and the setup line.
 fn round_text(rows: &[(Router, Outcome)], opts: &CompareOptions) -> String {
     format!(
-        "{}\n{}\nSetup: {}.\n",
+        "{}\n{}\n{}\n{}\nSetup: {}.\n",
         table::markdown(rows),
+        table::tails_markdown(rows),
+        table::stages_markdown(rows),
         table::notes(rows),
         opts.setup()
     )
@@ -307,8 +315,9 @@ async fn main() -> ExitCode {
     } else {
         let summaries = repeat::summarize(&routers, &rows);
         let text = format!(
-            "{}\n{}\nSetup: {}.\n",
+            "{}\n{}\n{}\nSetup: {}.\n",
             repeat::markdown(&summaries, rows.len()),
+            repeat::tails_markdown(&summaries),
             table::notes(&rows[0]),
             opts.setup()
         );

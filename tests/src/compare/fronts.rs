@@ -27,8 +27,6 @@ use tokio::task::JoinError;
 pub struct Front {
     /// Where bench sends requests.
     pub url: String,
-    /// A Switchyard replica's `/metrics` (bench samples its queue depth).
-    pub metrics_url: Option<String>,
     parts: Parts,
     /// The tokenizer config file the engines and replicas read.
     _dir: TempDir,
@@ -56,18 +54,26 @@ enum Parts {
 /// Starts the fleet and `router` for `opts` and waits until the router answers a completion.
 pub async fn start(router: Router, opts: &CompareOptions) -> Result<Front, String> {
     let dir = TempDir::new("compare");
-    let tokenizer_json = opts.model_dir.join("tokenizer.json");
-    if !tokenizer_json.is_file() {
-        return Err(format!("no tokenizer at {}", tokenizer_json.display()));
-    }
-    let toml = dir.write(
-        "tokenizer.toml",
-        &format!(
+    let tokenizer = if opts.o200k {
+        if router == Router::Dynamo {
+            return Err(
+                "its frontend tokenizes from a model directory: not with --tokenizer o200k"
+                    .to_owned(),
+            );
+        }
+        "[tokenizer]\nkind = \"tiktoken\"\nencoding = \"o200k_base\"\n".to_owned()
+    } else {
+        let tokenizer_json = opts.model_dir.join("tokenizer.json");
+        if !tokenizer_json.is_file() {
+            return Err(format!("no tokenizer at {}", tokenizer_json.display()));
+        }
+        format!(
             "[tokenizer]\nkind = \"huggingface\"\npath = {:?}\n",
             tokenizer_json.to_string_lossy()
-        ),
-    );
-    let (url, metrics_url, parts) = match router {
+        )
+    };
+    let toml = dir.write("tokenizer.toml", &tokenizer);
+    let (url, parts) = match router {
         Router::HaproxyRr => {
             let workers = sim_workers(opts, &toml).await?;
             let urls: Vec<String> = workers.iter().map(|w| w.url().to_owned()).collect();
@@ -79,17 +85,13 @@ pub async fn start(router: Router, opts: &CompareOptions) -> Result<Front, Strin
                 tokio::task::spawn_blocking(move || Haproxy::start_with(&urls, &config)).await,
             )?;
             wait_haproxy_up(&haproxy, workers.len()).await?;
-            (haproxy.url(), None, Parts::Haproxy { haproxy, workers })
+            (haproxy.url(), Parts::Haproxy { haproxy, workers })
         }
         Router::SglangGateway | Router::VllmRouter => {
             let workers = sim_workers(opts, &toml).await?;
             let urls: Vec<String> = workers.iter().map(|w| w.url().to_owned()).collect();
             let router = peers::start_gateway(router, &opts.peers_dir, &urls)?;
-            (
-                router.url().to_owned(),
-                None,
-                Parts::Peer { router, workers },
-            )
+            (router.url().to_owned(), Parts::Peer { router, workers })
         }
         Router::Dynamo => {
             let state = TempDir::new("dynamo");
@@ -100,26 +102,41 @@ pub async fn start(router: Router, opts: &CompareOptions) -> Result<Front, Strin
                 engines,
                 _state: state,
             };
-            (url, None, parts)
+            (url, parts)
         }
         Router::Switchyard1 | Router::Switchyard3 => {
             let cluster = switchyard(router, opts, &toml).await?;
-            let metrics = format!("{}/metrics", cluster.replicas[0].admin_url());
-            (
-                cluster.url(),
-                Some(metrics),
-                Parts::Cluster(Box::new(cluster)),
-            )
+            (cluster.url(), Parts::Cluster(Box::new(cluster)))
         }
     };
     let front = Front {
         url,
-        metrics_url,
         parts,
         _dir: dir,
     };
     front.wait_answering().await?;
     Ok(front)
+}
+
+/// A router's CPU seconds: its own, and the load balancer's in front of its replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RouterCpu {
+    pub router: f64,
+    pub balancer: f64,
+}
+
+impl RouterCpu {
+    fn of(router: f64, balancer: f64) -> Self {
+        Self { router, balancer }
+    }
+
+    /// What was used between `before` and this reading.
+    pub fn since(self, before: RouterCpu) -> RouterCpu {
+        RouterCpu::of(
+            (self.router - before.router).max(0.0),
+            (self.balancer - before.balancer).max(0.0),
+        )
+    }
 }
 
 impl Front {
@@ -155,6 +172,35 @@ impl Front {
                 ));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The CPU seconds the router has used so far: its own processes, and apart from them
+    /// the load balancer in front of several replicas (HAProxy round robin *is* the router
+    /// of its row). Dynamo's frontend only (its engines are the fleet).
+    pub fn cpu(&self) -> RouterCpu {
+        use crate::support::cpu::process_seconds;
+        let own = |pid: u32| process_seconds(pid).unwrap_or(0.0);
+        match &self.parts {
+            Parts::Haproxy { haproxy, .. } => RouterCpu::of(own(haproxy.id()), 0.0),
+            Parts::Peer { router, .. } => RouterCpu::of(router.cpu_seconds(), 0.0),
+            Parts::Dynamo { frontend, .. } => RouterCpu::of(frontend.cpu_seconds(), 0.0),
+            Parts::Cluster(cluster) => RouterCpu::of(
+                cluster.replicas.iter().map(|r| own(r.id())).sum(),
+                cluster.haproxy.as_ref().map_or(0.0, |h| own(h.id())),
+            ),
+        }
+    }
+
+    /// The admin listeners of Switchyard's replicas (`/metrics`); none for the others.
+    pub fn admin_urls(&self) -> Vec<String> {
+        match &self.parts {
+            Parts::Cluster(cluster) => cluster
+                .replicas
+                .iter()
+                .map(|r| r.admin_url().to_owned())
+                .collect(),
+            _ => Vec::new(),
         }
     }
 

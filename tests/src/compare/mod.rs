@@ -18,7 +18,9 @@
 pub mod fronts;
 pub mod peers;
 pub mod repeat;
+pub mod stages;
 pub mod table;
+pub mod tails;
 
 pub use table::{Outcome, Row};
 
@@ -126,8 +128,11 @@ pub struct CompareOptions {
     /// KV blocks of each engine (16 tokens a block).
     pub kv_blocks: u64,
     /// The model directory every process tokenizes with (`tokenizer.json`,
-    /// `tokenizer_config.json`, `config.json`).
+    /// `tokenizer_config.json`, `config.json`), unless `o200k`.
     pub model_dir: PathBuf,
+    /// Every engine and Switchyard tokenize with tiktoken's `o200k_base` instead of the
+    /// model directory (Dynamo, whose frontend needs a model directory, cannot run then).
+    pub o200k: bool,
     /// Where the results go.
     pub out: PathBuf,
     /// Where the peers are installed (`.tools/peers`).
@@ -157,6 +162,7 @@ impl CompareOptions {
             warmup: 8,
             kv_blocks: 16_384,
             model_dir: root.join("tests/data/word-tokenizer"),
+            o200k: false,
             out: out.into(),
             peers_dir: peers::default_dir(),
             switchyard_config: None,
@@ -179,8 +185,16 @@ impl CompareOptions {
             self.workers,
             self.kv_blocks,
             self.speedup,
-            self.model_dir.join("tokenizer.json").display(),
+            self.tokenizer(),
         )
+    }
+
+    /// The tokenizer every process uses, as the setup line names it.
+    pub fn tokenizer(&self) -> String {
+        match self.o200k {
+            true => "tiktoken o200k_base".to_owned(),
+            false => self.model_dir.join("tokenizer.json").display().to_string(),
+        }
     }
 }
 
@@ -196,18 +210,50 @@ pub async fn run_router(router: Router, opts: &CompareOptions) -> Outcome {
         Err(e) => return Outcome::Failed(format!("did not come up: {e}")),
     };
     let json = opts.out.join(format!("{}.json", router.name()));
+    let before = front.cpu();
     let ran = bench(&front, router, opts, &json).await;
+    let cpu = front.cpu().since(before);
+    let stages = stage_times(&front, router, opts).await;
     let stopped = front.stop().await;
     match ran {
         Ok(()) => match table::read_row(router, &json) {
             Ok(mut row) => {
+                row.cpu = Some(cpu);
+                row.stages = stages;
                 row.notes.extend(stopped);
-                Outcome::Ran(row)
+                Outcome::Ran(Box::new(row))
             }
             Err(e) => Outcome::Failed(e),
         },
         Err(e) => Outcome::Failed(e),
     }
+}
+
+/// Switchyard's stage times over the run (`stages.rs`), read from every replica's
+/// `/metrics`, each scrape also kept as `<router>-metrics-<i>.txt`; `None` for the others.
+async fn stage_times(
+    front: &fronts::Front,
+    router: Router,
+    opts: &CompareOptions,
+) -> Option<stages::StageTimes> {
+    let urls = front.admin_urls();
+    if urls.is_empty() {
+        return None;
+    }
+    let http = reqwest::Client::new();
+    let mut times = stages::StageTimes::default();
+    for (i, url) in urls.iter().enumerate() {
+        let Ok(response) = http.get(format!("{url}/metrics")).send().await else {
+            continue;
+        };
+        let Ok(text) = response.text().await else {
+            continue;
+        };
+        let file = opts.out.join(format!("{}-metrics-{i}.txt", router.name()));
+        let _ = std::fs::write(file, &text);
+        times.add_scrape(&text);
+    }
+    (!times.is_empty()).then_some(times)
 }
 
 /// `router-tools bench` through `front`: the trace as text, its table in `<router>.txt`, its
@@ -238,9 +284,6 @@ async fn bench(
         .arg(&plots);
     if let Some(n) = opts.max_requests {
         command.args(["--max-requests", &n.to_string()]);
-    }
-    if let Some(metrics) = &front.metrics_url {
-        command.args(["--metrics-url", metrics]);
     }
     command
         .stdin(Stdio::null())

@@ -74,6 +74,11 @@ impl PeerProc {
         &self.url
     }
 
+    /// The CPU seconds of its process group so far (its children included).
+    pub fn cpu_seconds(&self) -> f64 {
+        crate::support::cpu::group_seconds(self.pgid)
+    }
+
     /// Its exit and output, when it has exited.
     pub fn exited(&self) -> Option<String> {
         let mut guard = self.proc.lock().ok()?;

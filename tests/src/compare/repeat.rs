@@ -36,6 +36,14 @@ pub struct Summary {
     pub best_p99_rounds: usize,
     pub shed: u64,
     pub errors: u64,
+    /// Medians of the tails by kind of request (`tails.rs`) and of the CPU per request.
+    pub short_p99: Option<f64>,
+    pub long_p99: Option<f64>,
+    pub short_in_bursts_p99: Option<f64>,
+    /// The router's CPU seconds per request sent, in ms (its own processes).
+    pub cpu_ms_per_request: Option<f64>,
+    /// Every round's router CPU per request, lowest and highest.
+    pub cpu_range: Option<(f64, f64)>,
     /// Why it did not run, when it ran in no round.
     pub missing: Option<String>,
 }
@@ -81,18 +89,13 @@ pub fn summarize(routers: &[Router], rounds: &[Vec<(Router, Outcome)>]) -> Vec<S
                 .iter()
                 .flat_map(|round| round.iter())
                 .filter_map(|(r, o)| match o {
-                    Outcome::Ran(row) if *r == router => Some(row),
+                    Outcome::Ran(row) if *r == router => Some(&**row),
                     _ => None,
                 })
                 .collect();
             let pick =
                 |f: fn(&Row) -> Option<f64>| median(rows.iter().filter_map(|r| f(r)).collect());
-            let p99s: Vec<f64> = rows.iter().filter_map(|r| r.ttft_p99).collect();
-            let range = (!p99s.is_empty()).then(|| {
-                let lo = p99s.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = p99s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                (lo, hi)
-            });
+            let range = range_of(rows.iter().filter_map(|r| r.ttft_p99).collect());
             let missing = rows.is_empty().then(|| {
                 rounds
                     .iter()
@@ -124,14 +127,56 @@ pub fn summarize(routers: &[Router], rounds: &[Vec<(Router, Outcome)>]) -> Vec<S
                     .count(),
                 shed: rows.iter().map(|r| r.shed).sum(),
                 errors: rows.iter().map(|r| r.errors).sum(),
+                short_p99: pick(|r| r.tails.short.p99),
+                long_p99: pick(|r| r.tails.long.p99),
+                short_in_bursts_p99: pick(|r| r.tails.short_in_bursts.p99),
+                cpu_ms_per_request: pick(cpu_per_request),
+                cpu_range: range_of(rows.iter().filter_map(|r| cpu_per_request(r)).collect()),
                 missing,
             }
         })
         .collect()
 }
 
+/// The router's CPU per request sent of one run, in ms.
+fn cpu_per_request(row: &Row) -> Option<f64> {
+    row.cpu.map(|c| c.router * 1000.0 / row.sent.max(1) as f64)
+}
+
+/// The lowest and highest of `values`, when there are any.
+fn range_of(values: Vec<f64>) -> Option<(f64, f64)> {
+    (!values.is_empty()).then(|| {
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
+    })
+}
+
 fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"))
+}
+
+/// The second table over the rounds: medians of the tails by kind of request and of the
+/// router's CPU per request, with its range.
+pub fn tails_markdown(summaries: &[Summary]) -> String {
+    let mut out = String::from(
+        "| router | short prompts: TTFT p99 | long prompts: TTFT p99 | short prompts in bursts: \
+         TTFT p99 | router CPU per request (range) |\n|---|---:|---:|---:|---:|\n",
+    );
+    for s in summaries.iter().filter(|s| s.missing.is_none()) {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            s.router.name(),
+            ms(s.short_p99),
+            ms(s.long_p99),
+            ms(s.short_in_bursts_p99),
+            match (s.cpu_ms_per_request, s.cpu_range) {
+                (Some(m), Some((lo, hi))) => format!("{m:.2} ms ({lo:.2}-{hi:.2})"),
+                _ => "-".to_owned(),
+            },
+        ));
+    }
+    out
 }
 
 /// The markdown table over `rounds` rounds: medians, the p99 range, and rounds best.
@@ -190,6 +235,11 @@ pub fn to_json(summaries: &[Summary], rounds: usize) -> Value {
                 "lowest_ttft_p99_rounds": s.best_p99_rounds,
                 "shed": s.shed,
                 "errors": s.errors,
+                "short_ttft_p99_ms_median": s.short_p99,
+                "long_ttft_p99_ms_median": s.long_p99,
+                "short_in_bursts_ttft_p99_ms_median": s.short_in_bursts_p99,
+                "router_cpu_ms_per_request_median": s.cpu_ms_per_request,
+                "router_cpu_ms_per_request_range": s.cpu_range.map(|(lo, hi)| [lo, hi]),
                 "missing": s.missing,
             })
         })
@@ -202,7 +252,7 @@ mod tests {
     use super::*;
 
     fn row(router: Router, p50: f64, p99: f64) -> Outcome {
-        Outcome::Ran(Row {
+        Outcome::Ran(Box::new(Row {
             router,
             sent: 10,
             ok: 10,
@@ -214,9 +264,15 @@ mod tests {
             itl_p99: Some(20.0),
             e2e_p99: Some(900.0),
             ttfts: Vec::new(),
+            tails: Default::default(),
+            stages: None,
+            cpu: Some(crate::compare::fronts::RouterCpu {
+                router: p50 / 10.0,
+                balancer: 0.0,
+            }),
             interrupted: false,
             notes: Vec::new(),
-        })
+        }))
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! ([`ttft_plot`], drawn by bench's own chart code) and the summary JSON ([`summary`]).
 
 use super::Router;
+use super::fronts::RouterCpu;
+use super::stages::StageTimes;
+use super::tails::{Tail, Tails, tails};
 use router_tools::bench::plots::{self, Chart, Series};
 use router_tools::bench::{BenchReport, RecordOutcome};
 use serde_json::{Value, json};
@@ -11,7 +14,7 @@ use std::path::Path;
 /// What one router's run gave.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Ran(Row),
+    Ran(Box<Row>),
     /// The peer is not installed: the row says so, the comparison goes on.
     NotInstalled(String),
     /// The fleet or the router did not come up, or bench did not run.
@@ -34,6 +37,12 @@ pub struct Row {
     pub e2e_p99: Option<f64>,
     /// Every ok request's TTFT, for the CDF.
     pub ttfts: Vec<f64>,
+    /// TTFT of short and long prompts apart, and of short ones in bursts (`tails.rs`).
+    pub tails: Tails,
+    /// The router's CPU seconds for the run (and its load balancer's), when measured.
+    pub cpu: Option<RouterCpu>,
+    /// Switchyard's time per stage before the first token (`stages.rs`).
+    pub stages: Option<StageTimes>,
     /// Bench was stopped before the end of the trace.
     pub interrupted: bool,
     /// Anything odd (a process that did not exit cleanly).
@@ -69,6 +78,9 @@ pub fn row_of(router: Router, report: &BenchReport) -> Row {
             .filter(|r| r.outcome == RecordOutcome::Ok)
             .filter_map(|r| r.ttft_ms)
             .collect(),
+        tails: tails(&report.requests),
+        cpu: None,
+        stages: None,
         interrupted: report.interrupted,
         notes: Vec::new(),
     }
@@ -111,6 +123,61 @@ pub fn markdown(rows: &[(Router, Outcome)]) -> String {
         out.push('\n');
     }
     out
+}
+
+const TAILS_HEADER: &str = "| router | short prompts: TTFT p50 / p99 | long prompts: TTFT p50 / p99 | \
+                           short prompts in bursts: TTFT p99 (n) | router CPU | CPU per request |\n\
+                           |---|---:|---:|---:|---:|---:|\n";
+
+fn pair(t: &Tail) -> String {
+    format!("{} / {}", ms(t.p50), ms(t.p99))
+}
+
+/// The router's CPU for the run (`+ N s` its load balancer's) and per request sent.
+pub fn cpu_cells(cpu: Option<RouterCpu>, sent: u64) -> (String, String) {
+    match cpu {
+        None => ("-".to_owned(), "-".to_owned()),
+        Some(c) => {
+            let total = if c.balancer > 0.0 {
+                format!("{:.1} s + {:.1} s", c.router, c.balancer)
+            } else {
+                format!("{:.1} s", c.router)
+            };
+            let per = format!("{:.2} ms", c.router * 1000.0 / sent.max(1) as f64);
+            (total, per)
+        }
+    }
+}
+
+/// The second table: tails by kind of request (short: at most 2,048 prompt tokens) and
+/// the router's CPU (a load balancer in front of replicas after the `+`).
+pub fn tails_markdown(rows: &[(Router, Outcome)]) -> String {
+    let mut out = String::from(TAILS_HEADER);
+    for (router, outcome) in rows {
+        if let Outcome::Ran(r) = outcome {
+            let (cpu, per) = cpu_cells(r.cpu, r.sent);
+            out.push_str(&format!(
+                "| {} | {} | {} | {} ({}) | {cpu} | {per} |\n",
+                router.name(),
+                pair(&r.tails.short),
+                pair(&r.tails.long),
+                ms(r.tails.short_in_bursts.p99),
+                r.tails.short_in_bursts.count,
+            ));
+        }
+    }
+    out
+}
+
+/// Every Switchyard row's stage table (`stages.rs`), one after the other.
+pub fn stages_markdown(rows: &[(Router, Outcome)]) -> String {
+    rows.iter()
+        .filter_map(|(router, outcome)| match outcome {
+            Outcome::Ran(r) => r.stages.as_ref().map(|s| s.markdown(router.name())),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The notes under the table: what each router is, and anything odd in a run.
@@ -173,6 +240,14 @@ pub fn summary(setup: &str, rows: &[(Router, Outcome)]) -> Value {
                 "ttft_p99_ms": r.ttft_p99,
                 "itl_p99_ms": r.itl_p99,
                 "e2e_p99_ms": r.e2e_p99,
+                "short_ttft_p50_ms": r.tails.short.p50,
+                "short_ttft_p99_ms": r.tails.short.p99,
+                "long_ttft_p50_ms": r.tails.long.p50,
+                "long_ttft_p99_ms": r.tails.long.p99,
+                "short_in_bursts_ttft_p99_ms": r.tails.short_in_bursts.p99,
+                "short_in_bursts": r.tails.short_in_bursts.count,
+                "router_cpu_s": r.cpu.map(|c| c.router),
+                "balancer_cpu_s": r.cpu.map(|c| c.balancer),
                 "interrupted": r.interrupted,
                 "notes": r.notes,
             }),

@@ -199,6 +199,11 @@ impl Haproxy {
         panic!("haproxy ({}) did not start:\n{failures}", bin.display());
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.proc.id()
+    }
+
     /// `http://127.0.0.1:<port>`: where clients send requests.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)

@@ -28,6 +28,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod cpu;
 pub mod haproxy;
 pub mod observe;
 pub mod phoenix;

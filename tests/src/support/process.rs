@@ -415,6 +415,11 @@ impl RouterNode {
         &self.admin_url
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.proc.id()
+    }
+
     /// The config file it was started with.
     pub fn config(&self) -> &PathBuf {
         &self.config
