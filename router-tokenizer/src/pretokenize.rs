@@ -15,7 +15,8 @@
 //! with onig's on every code point (`hf_fast_tests.rs`); a pattern with other constructs
 //! (`\w`, anchors, multi-character case folds) might differ, so it keeps its own engine.
 
-use regex_automata::meta::Regex;
+use regex_automata::meta::{Cache, Regex};
+use regex_automata::util::pool::Pool;
 use regex_automata::{Anchored, Input};
 
 /// The look-ahead tail every supported pattern ends with, taken by hand.
@@ -34,10 +35,24 @@ pub(crate) fn known_pattern(pattern: &str) -> bool {
     [LLAMA3, QWEN2, GPT2, tiktoken_rs::O200K_BASE_PAT_STR].contains(&pattern)
 }
 
+/// Makes a search cache of the head.
+type NewCache =
+    Box<dyn Fn() -> Cache + Send + Sync + std::panic::RefUnwindSafe + std::panic::UnwindSafe>;
+
 /// A known split pattern on `regex-automata` (module docs).
-#[derive(Debug)]
 pub(crate) struct Splitter {
     head: Regex,
+    /// Search caches, one taken per split (not per piece: the regex's own pool is a mutex
+    /// away on every thread but the first that used it, and a text has a piece a word).
+    caches: Pool<Cache, NewCache>,
+}
+
+impl std::fmt::Debug for Splitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Splitter")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Splitter {
@@ -46,18 +61,21 @@ impl Splitter {
         if !known_pattern(pattern) {
             return None;
         }
-        let head = pattern.strip_suffix(TAIL)?;
+        let head = Regex::new(pattern.strip_suffix(TAIL)?).ok()?;
+        let template = head.clone();
         Some(Self {
-            head: Regex::new(head).ok()?,
+            head,
+            caches: Pool::new(Box::new(move || template.create_cache())),
         })
     }
 
     /// Calls `each` with the pieces of `text` in order; they concatenate to `text`.
     pub(crate) fn split<'t>(&self, text: &'t str, mut each: impl FnMut(&'t str)) {
+        let mut cache = self.caches.get();
         let mut at = 0;
         let mut gap: Option<usize> = None;
         while at < text.len() {
-            match self.piece_end(text, at, text.len()) {
+            match self.piece_end(&mut cache, text, at, text.len()) {
                 Some(end) => {
                     if let Some(start) = gap.take() {
                         each(&text[start..at]);
@@ -90,11 +108,12 @@ impl Splitter {
     /// is over the limit whatever follows, so a refusal costs no more than the scan to the
     /// piece plus the window (not the rest of a megabyte-long piece).
     pub(crate) fn piece_over(&self, text: &str, limit: usize) -> Option<usize> {
+        let mut cache = self.caches.get();
         let mut at = 0;
         let mut gap: Option<usize> = None;
         while at < text.len() {
             let window = window_end(text, at, limit);
-            match self.piece_end(text, at, window) {
+            match self.piece_end(&mut cache, text, at, window) {
                 Some(end) => {
                     if let Some(start) = gap.take()
                         && at - start > limit
@@ -118,12 +137,12 @@ impl Splitter {
     /// Where the piece starting at `at` ends, if one starts there, reading `text` up to
     /// `window` only (`text.len()` for the whole text): a piece that reaches `window`
     /// before the text's end is cut there, so it is at least as long as it says.
-    fn piece_end(&self, text: &str, at: usize, window: usize) -> Option<usize> {
+    fn piece_end(&self, cache: &mut Cache, text: &str, at: usize, window: usize) -> Option<usize> {
         let input = Input::new(&text[..window])
             .range(at..)
             .anchored(Anchored::Yes);
         // The known heads never match empty text; should one, the tail is tried instead.
-        if let Some(half) = self.head.search_half(&input)
+        if let Some(half) = self.head.search_half_with(cache, &input)
             && half.offset() > at
         {
             return Some(half.offset());
