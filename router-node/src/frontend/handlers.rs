@@ -243,9 +243,6 @@ async fn prepare(
     );
     let tokens = tokenized.ids;
     limits.check_prompt_tokens(tokens.len())?;
-    if forward_ids {
-        request.set_prompt_ids(&tokens);
-    }
     // Without classifiers the header already decided (`known`, its key checked before the
     // body): nothing more to evaluate.
     let class = match known {
@@ -261,6 +258,9 @@ async fn prepare(
     auth::limit_tokens(key, tokens.len() as u64, output)?;
     // Hashed once, here: the pool's router actor does no hashing, and no leg clones tokens.
     let prompt = state.router.prompt(&tokens, None);
+    if forward_ids {
+        request.set_prompt_ids(tokens);
+    }
     observer.stage(Stage::Classify);
     Ok((
         Prepared {

@@ -23,6 +23,9 @@ pub struct ParsedRequest {
     pub prompt: PromptInput,
     /// The body as received.
     pub body: Map<String, Value>,
+    /// The router's token ids of a one-text completion prompt, sent upstream in its place
+    /// (`forward_token_ids`).
+    pub prompt_ids: Option<Vec<u32>>,
     /// When the request must be finished (set by the handler; `None`: no deadline). A
     /// stream still running then is ended with an error event (`proxy.rs`).
     pub deadline: Option<Deadline>,
@@ -38,6 +41,7 @@ impl From<RequestBody> for ParsedRequest {
             sequences: request.sequences,
             prompt: request.prompt,
             body: request.body,
+            prompt_ids: None,
             deadline: None,
         }
     }
@@ -118,11 +122,10 @@ impl ParsedRequest {
         };
     }
 
-    /// Replaces the body's `prompt` with token ids, which the worker then uses instead of
-    /// tokenizing the text again (vLLM's `/v1/completions` takes `prompt` as a list of ids).
-    pub fn set_prompt_ids(&mut self, ids: &[u32]) {
-        self.body
-            .insert("prompt".to_owned(), Value::from(ids.to_vec()));
+    /// Sends the prompt upstream as `ids`, which the worker then uses instead of tokenizing
+    /// the text again (vLLM's `/v1/completions` takes `prompt` as a list of ids).
+    pub fn set_prompt_ids(&mut self, ids: Vec<u32>) {
+        self.prompt_ids = Some(ids);
     }
 
     /// The body for the worker: the client's body with `stream: true` (the router must see
@@ -130,35 +133,62 @@ impl ParsedRequest {
     /// with its `usage`, as from any OpenAI server: the stream is asked to end with it
     /// (`stream_options.include_usage`; real engines send no usage in a stream otherwise).
     pub fn upstream_body(&self) -> Vec<u8> {
-        // Written straight from the parsed body: no copy of it (a prompt may be large).
-        let body = UpstreamBody {
-            body: &self.body,
+        self.leg_body(&LegFields {
+            stream: true,
             ask_usage: !self.stream,
-        };
-        serde_json::to_vec(&body).unwrap_or_default()
+            ..LegFields::default()
+        })
+    }
+
+    /// The body of one leg: the client's fields as received (the prompt as the router's ids
+    /// when forwarded), except what `leg` sets or leaves out, written straight from the
+    /// parsed body (no copy of it: a prompt may be large).
+    pub fn leg_body(&self, leg: &LegFields) -> Vec<u8> {
+        serde_json::to_vec(&LegBody { request: self, leg }).unwrap_or_default()
     }
 }
 
-/// The client's body as the worker gets it: every field as received except `stream`
-/// (always true) and, when `ask_usage`, `stream_options` (`{"include_usage": true}`).
-struct UpstreamBody<'a> {
-    body: &'a Map<String, Value>,
-    ask_usage: bool,
+/// What one leg's body changes in the client's.
+#[derive(Debug, Default)]
+pub struct LegFields {
+    /// `stream` as sent.
+    pub stream: bool,
+    /// `stream_options` becomes `{"include_usage": true}`.
+    pub ask_usage: bool,
+    /// Fields set for the leg (a client's field of the same name is replaced).
+    pub set: Vec<(&'static str, Value)>,
+    /// Client fields the leg leaves out.
+    pub leave_out: &'static [&'static str],
 }
 
-impl serde::Serialize for UpstreamBody<'_> {
+/// The client's body as one leg sends it ([`ParsedRequest::leg_body`]).
+struct LegBody<'a> {
+    request: &'a ParsedRequest,
+    leg: &'a LegFields,
+}
+
+impl serde::Serialize for LegBody<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
+        let (request, leg) = (self.request, self.leg);
         let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.body {
-            match key.as_str() {
-                "stream" => {}
-                "stream_options" if self.ask_usage => {}
+        for (key, value) in &request.body {
+            let key = key.as_str();
+            let replaced = key == "stream"
+                || (key == "stream_options" && leg.ask_usage)
+                || leg.leave_out.contains(&key)
+                || leg.set.iter().any(|(k, _)| *k == key);
+            match &request.prompt_ids {
+                _ if replaced => {}
+                Some(ids) if key == "prompt" => map.serialize_entry(key, ids)?,
                 _ => map.serialize_entry(key, value)?,
             }
         }
-        map.serialize_entry("stream", &true)?;
-        if self.ask_usage {
+        for (key, value) in &leg.set {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry("stream", &leg.stream)?;
+        if leg.ask_usage {
             map.serialize_entry(
                 "stream_options",
                 &IncludeUsage {

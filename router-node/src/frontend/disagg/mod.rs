@@ -66,7 +66,7 @@ mod prefill;
 mod sglang;
 
 use prefill::prefill_leg;
-pub(super) use prefill::{one_token_body, prefill_answer, prefill_call, prefill_span};
+pub(super) use prefill::{one_token_leg, prefill_answer, prefill_call, prefill_span};
 
 use super::AppState;
 use super::admit::{Class, admit, route_request};

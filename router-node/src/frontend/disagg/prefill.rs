@@ -7,7 +7,7 @@
 use super::KV_TRANSFER;
 use crate::frontend::AppState;
 use crate::frontend::error::{ApiError, Stage};
-use crate::frontend::openai::ParsedRequest;
+use crate::frontend::openai::{LegFields, ParsedRequest};
 use crate::frontend::proxy::{
     SendReasons, Target, send_error, upstream_call, upstream_status, worker_failed,
 };
@@ -30,21 +30,24 @@ fn prefill_target(worker: WorkerId) -> Target {
 /// The prefill worker's body: the client's, non-streaming, one output token, asking the
 /// worker to keep the KV for a remote decode.
 pub(in crate::frontend) fn prefill_body(request: &ParsedRequest) -> Vec<u8> {
-    let mut body = one_token_body(request);
-    body.insert(KV_TRANSFER.to_owned(), json!({"do_remote_decode": true}));
-    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+    let mut leg = one_token_leg(request);
+    leg.set
+        .push((KV_TRANSFER, json!({"do_remote_decode": true})));
+    request.leg_body(&leg)
 }
 
-/// The client's body, non-streaming, one output token.
-pub(in crate::frontend) fn one_token_body(request: &ParsedRequest) -> Map<String, Value> {
-    let mut body = request.body.clone();
-    body.insert("stream".to_owned(), Value::Bool(false));
-    body.remove("stream_options");
-    body.insert("max_tokens".to_owned(), json!(1));
-    if body.contains_key("max_completion_tokens") {
-        body.insert("max_completion_tokens".to_owned(), json!(1));
+/// What a prefill leg changes in the client's body: non-streaming, one output token.
+pub(in crate::frontend) fn one_token_leg(request: &ParsedRequest) -> LegFields {
+    let mut set = vec![("max_tokens", json!(1))];
+    if request.body.contains_key("max_completion_tokens") {
+        set.push(("max_completion_tokens", json!(1)));
     }
-    body
+    LegFields {
+        stream: false,
+        ask_usage: false,
+        set,
+        leave_out: &["stream_options"],
+    }
 }
 
 /// Sends the prefill leg to `worker` and returns its `kv_transfer_params`.

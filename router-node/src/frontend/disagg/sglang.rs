@@ -5,7 +5,7 @@
 //! [`DisaggConvention::Sglang`]: super::DisaggConvention::Sglang
 
 use super::{
-    Legs, PrefillHold, one_token_body, prefill_answer, prefill_call, prefill_span, send_decode,
+    Legs, PrefillHold, one_token_leg, prefill_answer, prefill_call, prefill_span, send_decode,
 };
 use crate::frontend::AppState;
 use crate::frontend::admit::admit;
@@ -107,7 +107,7 @@ fn bootstrap_fields(host: &str, port: u16, room: u64) -> Map<String, Value> {
 /// The prefill worker's body under the SGLang convention (`request` carries the bootstrap
 /// fields already).
 fn sglang_prefill_body(request: &ParsedRequest) -> Vec<u8> {
-    serde_json::to_vec(&Value::Object(one_token_body(request))).unwrap_or_default()
+    request.leg_body(&one_token_leg(request))
 }
 
 /// The host and port of `worker`'s endpoint.
