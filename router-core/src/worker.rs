@@ -29,6 +29,10 @@ pub struct WorkerSpec {
     /// of a worker that does not from its own placements (the approximate index).
     #[serde(default = "publishes_events")]
     pub kv_events: bool,
+    /// The longest sequence (prompt and output) the engine takes, in tokens, when it says
+    /// (vLLM's `max_model_len`): the frontend's prompt limit follows it.
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
 }
 
 fn publishes_events() -> bool {
@@ -52,6 +56,8 @@ pub enum WorkerSpecError {
     ZeroBlockSize { worker: WorkerId },
     #[error("{worker}: max_num_batched_tokens must be at least 1")]
     ZeroBatchTokens { worker: WorkerId },
+    #[error("{worker}: max_model_len must be at least 1")]
+    ZeroModelLen { worker: WorkerId },
 }
 
 impl WorkerSpec {
@@ -66,6 +72,7 @@ impl WorkerSpec {
             block_size: 16,
             loras: Vec::new(),
             kv_events: true,
+            max_model_len: None,
         }
     }
 
@@ -88,6 +95,9 @@ impl WorkerSpec {
         }
         if self.max_num_batched_tokens == Some(0) {
             return Err(WorkerSpecError::ZeroBatchTokens { worker });
+        }
+        if self.max_model_len == Some(0) {
+            return Err(WorkerSpecError::ZeroModelLen { worker });
         }
         Ok(())
     }

@@ -189,9 +189,45 @@ pub fn sglang_capacity(json: &[u8]) -> Option<Capacity> {
     })
 }
 
+/// One entry of an OpenAI `/v1/models` answer as far as the context length goes.
+#[derive(Debug, Clone, Deserialize)]
+struct ModelEntry {
+    max_model_len: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ModelList {
+    data: Vec<ModelEntry>,
+}
+
+/// The longest sequence the engine takes, from its `/v1/models` answer (vLLM's and
+/// SGLang's entries carry `max_model_len`): the smallest among its models, `None` when no
+/// entry says.
+pub fn models_max_len(json: &[u8]) -> Option<u64> {
+    let list: ModelList = serde_json::from_slice(json).ok()?;
+    list.data
+        .iter()
+        .filter_map(|m| m.max_model_len)
+        .filter(|&n| n > 0)
+        .min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_context_length_from_the_model_list() {
+        let vllm = br#"{"object":"list","data":[{"id":"m","object":"model","max_model_len":2048,
+                        "root":"/models/m"},{"id":"lora-a","parent":"m","max_model_len":2048}]}"#;
+        assert_eq!(models_max_len(vllm), Some(2048));
+        assert_eq!(models_max_len(br#"{"data":[{"id":"m"}]}"#), None);
+        assert_eq!(
+            models_max_len(br#"{"data":[{"id":"m","max_model_len":0}]}"#),
+            None
+        );
+        assert_eq!(models_max_len(b"<html>"), None);
+    }
 
     #[test]
     fn sglang_capacity_from_either_place() {

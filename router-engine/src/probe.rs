@@ -106,6 +106,13 @@ impl Probe {
         Ok(read_metrics(self.kind, &String::from_utf8_lossy(&body)))
     }
 
+    /// The longest sequence the engine takes (`max_model_len` of its `/v1/models`), when it
+    /// says; `None` when it does not or the list cannot be read.
+    pub async fn max_model_len(&self) -> Option<u64> {
+        let body = self.get("/v1/models").await.ok()?;
+        crate::load::models_max_len(&body)
+    }
+
     /// The engine's KV block size and blocks per rank, with the scrape that gave them (vLLM)
     /// or a fresh one (SGLang, whose capacity comes from its server info).
     pub async fn capacity(&self) -> Result<(Capacity, EngineReport), ProbeError> {

@@ -14,10 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Live workers' endpoints per pool, sorted by worker id. Published whole on every change.
+/// Live workers' endpoints per pool, sorted by worker id, and the shortest context length
+/// they announced. Published whole on every change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Directory {
     pub pools: Vec<(PoolRole, Vec<(WorkerId, String)>)>,
+    /// The smallest `max_model_len` among the live workers that announced one (of every
+    /// pool): the longest sequence every engine takes.
+    pub max_model_len: Option<u64>,
 }
 
 impl Directory {

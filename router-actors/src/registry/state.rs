@@ -359,7 +359,15 @@ impl RegistryState {
                 (*pool, workers)
             })
             .collect();
-        Directory { pools }
+        let max_model_len = self
+            .workers
+            .values()
+            .filter_map(|e| e.spec.max_model_len)
+            .min();
+        Directory {
+            pools,
+            max_model_len,
+        }
     }
 
     pub(super) fn snapshot(&self) -> RegistrySnapshot {

@@ -24,8 +24,8 @@ const SLOW_MISSES: u32 = 5;
 /// What one probe of the engine found.
 #[derive(Debug)]
 pub enum Probed {
-    /// The engine answers; its capacity (asked while not joined).
-    Capacity(Capacity, EngineReport),
+    /// The engine answers; its capacity and context length (asked while not joined).
+    Capacity(Capacity, EngineReport, Option<u64>),
     /// The engine answers; its load (asked while joined).
     Load(EngineReport),
     /// It answered `/health` but its load could not be read (counted, not a miss).
@@ -132,7 +132,9 @@ impl LinkState {
                 }
             } else {
                 match probe.capacity().await {
-                    Ok((capacity, report)) => Probed::Capacity(capacity, report),
+                    Ok((capacity, report)) => {
+                        Probed::Capacity(capacity, report, probe.max_model_len().await)
+                    }
                     Err(e) => Probed::NoAnswer {
                         slow: false,
                         error: e.to_string(),
@@ -148,8 +150,8 @@ impl LinkState {
     pub(super) async fn probed(&mut self, outcome: Probed, myself: &ActorRef<LinkMsg>) {
         self.probing = false;
         match outcome {
-            Probed::Capacity(capacity, report) if self.joined.is_none() => {
-                self.join(capacity, report, myself).await;
+            Probed::Capacity(capacity, report, max_model_len) if self.joined.is_none() => {
+                self.join(capacity, report, max_model_len, myself).await;
             }
             Probed::Load(report) if self.joined.is_some() => self.relay_load(report).await,
             Probed::NoLoad(error) => {
@@ -180,7 +182,13 @@ impl LinkState {
         }
     }
 
-    async fn join(&mut self, capacity: Capacity, report: EngineReport, myself: &ActorRef<LinkMsg>) {
+    async fn join(
+        &mut self,
+        capacity: Capacity,
+        report: EngineReport,
+        max_model_len: Option<u64>,
+        myself: &ActorRef<LinkMsg>,
+    ) {
         if let Some(expected) = self.config.expected_block_size
             && expected != capacity.block_size
         {
@@ -211,6 +219,7 @@ impl LinkState {
             loras: self.config.loras.clone(),
             // Without an event publisher the routers learn this engine from placements.
             kv_events: self.config.kv_events.is_some(),
+            max_model_len,
         };
         let announce = WorkerAnnounce {
             spec,

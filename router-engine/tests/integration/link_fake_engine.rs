@@ -54,6 +54,14 @@ async fn metrics(State(e): State<Arc<Engine>>) -> String {
     )
 }
 
+/// vLLM's model list, with the context length the link reads.
+async fn models() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{"id": "m", "object": "model", "max_model_len": 4096}],
+    }))
+}
+
 /// Starts the HTTP side; returns its base URL.
 async fn serve_engine(engine: Arc<Engine>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -63,6 +71,7 @@ async fn serve_engine(engine: Arc<Engine>) -> String {
     let app = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
         .with_state(engine);
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
@@ -225,6 +234,8 @@ async fn an_engine_joins_relays_events_and_load_and_leaves_when_it_stops_answeri
     assert_eq!(snapshot.phase, LinkPhase::Serving);
     let capacity = snapshot.capacity.expect("read from the engine");
     assert_eq!((capacity.block_size, capacity.blocks), (BLOCK, 99));
+    // Its context length, from its `/v1/models`, is announced: the frontend's prompt limit.
+    assert_eq!(f.node.registry().directory().max_model_len, Some(4096));
 
     // Load: the engine's own numbers reach the registry, apart from bookings.
     eventually("the engine's load is relayed", || async {

@@ -268,6 +268,7 @@ fn every_key_and_its_variable_is_in_the_configuration_page() {
     t.path = Some("t.json".into());
     t.chat_template = Some("c.jinja".into());
     t.bos_token = Some("<s>".into());
+    config.http.max_prompt_tokens = Some(4096);
     t.eos_token = Some("</s>".into());
     let auth = &mut config.bus.auth;
     auth.credentials_file = Some("n.creds".into());

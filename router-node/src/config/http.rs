@@ -33,8 +33,11 @@ pub struct HttpSection {
     /// one more is a 429.
     pub concurrency_limit: usize,
     /// Longest prompt in tokens; longer is a 400 naming the limit. A text prompt whose byte
-    /// length alone proves it longer is refused before it is tokenized.
-    pub max_prompt_tokens: u64,
+    /// length alone proves it longer is refused before it is tokenized. Absent: the
+    /// shortest context length (`max_model_len`) the fleet's engines announce, or 131072
+    /// while none does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_prompt_tokens: Option<u64>,
     /// Largest `max_tokens` (`max_completion_tokens`) a request may ask for; more is a 400.
     pub max_tokens_limit: u64,
     /// Longest run of letters, of digits, of whitespace or of other symbols in a text
@@ -127,7 +130,10 @@ impl HttpSection {
             ("http.request_timeout_ms", self.request_timeout_ms),
             ("http.max_connections", self.max_connections as u64),
             ("http.concurrency_limit", self.concurrency_limit as u64),
-            ("http.max_prompt_tokens", self.max_prompt_tokens),
+            (
+                "http.max_prompt_tokens",
+                self.max_prompt_tokens.unwrap_or(1),
+            ),
             ("http.max_tokens_limit", self.max_tokens_limit),
             ("http.max_word_bytes", self.max_word_bytes as u64),
             ("http.default_max_tokens", self.default_max_tokens),

@@ -18,7 +18,7 @@ use super::admit::{Class, admit, route_request};
 use super::auth;
 use super::classify::classify;
 use super::error::ApiError;
-use super::limits::Deadline;
+use super::limits::{Deadline, check_prompt_tokens};
 use super::openai::ParsedRequest;
 use super::placement::{self, Placements};
 use super::proxy::{BookingGuard, Target, forward, never_reached};
@@ -214,7 +214,9 @@ async fn prepare(
     request.take_engine_fields()?;
     limits.check_max_tokens(request.max_tokens)?;
     let tokenizer = state.prompter.tokenizer();
-    limits.check_prompt(&request.prompt, tokenizer)?;
+    // The configured limit, else the shortest context the fleet's engines announce.
+    let max_prompt = limits.prompt_limit(state.directory.max_model_len());
+    limits.check_prompt(&request.prompt, tokenizer, max_prompt)?;
     // Only now, with the whole body read and checked: a slow client never holds a permit.
     let permit = state
         .permits
@@ -242,7 +244,7 @@ async fn prepare(
         tokenized.waited.as_secs_f64(),
     );
     let tokens = tokenized.ids;
-    limits.check_prompt_tokens(tokens.len())?;
+    check_prompt_tokens(tokens.len(), max_prompt)?;
     // Without classifiers the header already decided (`known`, its key checked before the
     // body): nothing more to evaluate.
     let class = match known {

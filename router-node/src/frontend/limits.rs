@@ -4,8 +4,9 @@
 //! In order (`handlers.rs`): the body is read under `max_body_bytes` and
 //! `body_read_timeout` (no concurrency permit is held meanwhile), parsed, then checked here
 //! before it is tokenized: `max_tokens` against `max_tokens_limit`; a token-id prompt's
-//! length against `max_prompt_tokens`; a text prompt for a byte length that alone proves it
-//! longer than `max_prompt_tokens`. Only then is the permit taken and the text tokenized
+//! length against the prompt limit ([`Limits::prompt_limit`]: `max_prompt_tokens`, else the
+//! fleet's shortest context length); a text prompt for a byte length that alone proves it
+//! longer than that. Only then is the permit taken and the text tokenized
 //! (under the node's tokenizer lanes, [`tokenize_wait`]), every chunk of it not in the token
 //! cache first checked for a piece longer than `max_word_bytes`, and its count checked once
 //! more.
@@ -39,6 +40,9 @@ use std::time::Duration;
 /// timeout (so the 503 comes before the 504).
 pub const TOKENIZE_WAIT: Duration = Duration::from_secs(5);
 
+/// The prompt limit while no engine of the fleet announces its context length.
+pub const DEFAULT_MAX_PROMPT_TOKENS: u64 = 131_072;
+
 /// The frontend's bounds. Every one of them is enforced; none is unlimited.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -57,8 +61,9 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Connections open at once on the public listener; more wait in the listen backlog.
     pub max_connections: usize,
-    /// Longest prompt, in tokens; longer is a 400 `prompt_too_long`.
-    pub max_prompt_tokens: u64,
+    /// Longest prompt, in tokens; longer is a 400 `prompt_too_long`. `None`: the fleet's
+    /// shortest announced context length ([`Limits::prompt_limit`]).
+    pub max_prompt_tokens: Option<u64>,
     /// Largest `max_tokens` a request may ask for; more is a 400 `max_tokens_too_large`.
     pub max_tokens_limit: u64,
     /// Longest tokenizer piece of a text prompt (bytes; module docs); longer is a 400
@@ -86,7 +91,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             max_connections: 4096,
-            max_prompt_tokens: 131_072,
+            max_prompt_tokens: None,
             max_tokens_limit: 131_072,
             max_word_bytes: 16 * 1024,
             default_max_tokens: 256,
@@ -115,16 +120,26 @@ impl Limits {
         }
     }
 
+    /// The longest prompt this node takes now: `max_prompt_tokens` when configured, else
+    /// the shortest context length the fleet's engines announce (`fleet`), else
+    /// [`DEFAULT_MAX_PROMPT_TOKENS`].
+    pub fn prompt_limit(&self, fleet: Option<u64>) -> u64 {
+        self.max_prompt_tokens
+            .or(fleet)
+            .unwrap_or(DEFAULT_MAX_PROMPT_TOKENS)
+    }
+
     /// The checks before tokenizing (module docs): a token-id prompt by its length, a text
-    /// prompt by its length (given `tokenizer`'s longest token). Its pieces are checked as it
-    /// is tokenized (`Prompter::tokenize_gated`).
+    /// prompt by its length (given `tokenizer`'s longest token), against `limit` prompt
+    /// tokens. Its pieces are checked as it is tokenized (`Prompter::tokenize_gated`).
     pub(super) fn check_prompt(
         &self,
         prompt: &PromptInput,
         tokenizer: &Tokenizer,
+        limit: u64,
     ) -> Result<(), ApiError> {
         let parts = match prompt {
-            PromptInput::Tokens(ids) => return self.check_prompt_tokens(ids.len()),
+            PromptInput::Tokens(ids) => return check_prompt_tokens(ids.len(), limit),
             PromptInput::Text(parts) => parts,
         };
         if let Some(longest) = tokenizer.longest_token_bytes().filter(|&l| l > 0) {
@@ -133,11 +148,11 @@ impl Limits {
                 .iter()
                 .map(|p| (p.len() as u64).div_ceil(longest as u64))
                 .sum();
-            if at_least > self.max_prompt_tokens {
+            if at_least > limit {
                 return Err(ApiError::prompt_too_long(
                     at_least,
                     Some((parts.iter().map(String::len).sum(), longest)),
-                    self.max_prompt_tokens,
+                    limit,
                 ));
             }
         }
@@ -149,18 +164,14 @@ impl Limits {
     pub fn tokenize_wait(&self) -> Duration {
         TOKENIZE_WAIT.min(self.request_timeout / 2)
     }
+}
 
-    /// A tokenized prompt of `tokens` tokens against `max_prompt_tokens`.
-    pub(super) fn check_prompt_tokens(&self, tokens: usize) -> Result<(), ApiError> {
-        if tokens as u64 > self.max_prompt_tokens {
-            return Err(ApiError::prompt_too_long(
-                tokens as u64,
-                None,
-                self.max_prompt_tokens,
-            ));
-        }
-        Ok(())
+/// A tokenized prompt of `tokens` tokens against `limit`.
+pub(super) fn check_prompt_tokens(tokens: usize, limit: u64) -> Result<(), ApiError> {
+    if tokens as u64 > limit {
+        return Err(ApiError::prompt_too_long(tokens as u64, None, limit));
     }
+    Ok(())
 }
 
 /// When a request must be finished (`http.request_timeout_ms` after it arrived), with the
@@ -189,7 +200,7 @@ mod tests {
     #[test]
     fn prompts_are_checked_by_ids_and_bytes_before_tokenizing() {
         let limits = Limits {
-            max_prompt_tokens: 10,
+            max_prompt_tokens: Some(10),
             max_word_bytes: 8,
             max_tokens_limit: 100,
             ..Limits::default()
@@ -198,9 +209,9 @@ mod tests {
         let tokenizer = Tokenizer::default();
         tokenizer.warm();
         let ids = |n: u32| PromptInput::Tokens((0..n).collect());
-        assert!(limits.check_prompt(&ids(10), &tokenizer).is_ok());
+        assert!(limits.check_prompt(&ids(10), &tokenizer, 10).is_ok());
         let over = limits
-            .check_prompt(&ids(11), &tokenizer)
+            .check_prompt(&ids(11), &tokenizer, 10)
             .expect_err("11 > 10");
         assert_eq!(over.reason, "prompt_too_long");
         assert!(
@@ -213,18 +224,18 @@ mod tests {
         // Pieces are checked as the text is tokenized (the prompter), not here.
         assert!(
             limits
-                .check_prompt(&text("aaaaaaaaa b"), &tokenizer)
+                .check_prompt(&text("aaaaaaaaa b"), &tokenizer, 10)
                 .is_ok()
         );
         // 1,320 bytes, at most 128 bytes a token: at least 11 tokens > 10, without tokenizing.
         let long = "abc ".repeat(330);
         let bytes = limits
-            .check_prompt(&text(&long), &tokenizer)
+            .check_prompt(&text(&long), &tokenizer, 10)
             .expect_err("11");
         assert_eq!(bytes.reason, "prompt_too_long");
         assert!(
             limits
-                .check_prompt(&text(&"abc ".repeat(320)), &tokenizer)
+                .check_prompt(&text(&"abc ".repeat(320)), &tokenizer, 10)
                 .is_ok()
         );
 

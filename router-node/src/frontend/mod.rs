@@ -89,6 +89,12 @@ pub trait WorkerDirectory: Send + Sync {
     fn workers(&self) -> Option<Vec<WorkerId>> {
         None
     }
+
+    /// The longest sequence every worker takes (the shortest context length they
+    /// announced), when any announced one: the prompt limit without `http.max_prompt_tokens`.
+    fn max_model_len(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A fixed map from worker to base URL.

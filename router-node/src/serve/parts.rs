@@ -39,6 +39,10 @@ impl WorkerDirectory for RegistryDirectory {
                 .collect(),
         )
     }
+
+    fn max_model_len(&self) -> Option<u64> {
+        self.0.directory().max_model_len
+    }
 }
 
 /// The bus `config` asks for: a NATS connection, or a fresh in-process bus.

@@ -159,7 +159,7 @@ async fn max_tokens_and_prompt_tokens_over_their_limits_are_400s_naming_them() {
     let worker = spawn_worker(1, MS).await;
     let limits = Limits {
         max_tokens_limit: 1000,
-        max_prompt_tokens: 500,
+        max_prompt_tokens: Some(500),
         ..Limits::default()
     };
     let node = spawn_node(&[&worker.url], limits).await;

@@ -74,6 +74,10 @@ pub struct SimArgs {
     pub max_num_batched_tokens: u64,
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub max_num_seqs: u64,
+    /// The longest sequence (prompt and output) served, in tokens: announced, listed in
+    /// `/v1/models` as `max_model_len`, and a longer prompt is a 400, as vLLM does.
+    #[arg(long, default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    pub max_model_len: u64,
     /// Divides every modelled duration (e.g. 10 runs ten times faster than the model).
     #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
     pub speedup: f64,
@@ -123,6 +127,7 @@ impl SimArgs {
             total_kv_blocks: size(self.kv_blocks),
             max_num_batched_tokens: size(self.max_num_batched_tokens),
             max_num_seqs: size(self.max_num_seqs),
+            max_model_len: self.max_model_len,
             speedup: self.speedup,
             model: self.model.clone(),
             loras: self.loras.clone(),

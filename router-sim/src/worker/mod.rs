@@ -127,6 +127,8 @@ pub struct SimConfig {
     pub total_kv_blocks: usize,
     pub max_num_batched_tokens: usize,
     pub max_num_seqs: usize,
+    /// The longest sequence served, in tokens (`max_model_len`): a longer prompt is a 400.
+    pub max_model_len: u64,
     /// Divides every modelled duration (not a positive finite number: 1).
     pub speedup: f64,
     /// Every pass takes no time: tokens are handed out as soon as a pass is computed (the
@@ -171,6 +173,7 @@ impl Default for SimConfig {
             total_kv_blocks: 16_384,
             max_num_batched_tokens: 8192,
             max_num_seqs: 256,
+            max_model_len: 262_144,
             speedup: 1.0,
             instant: false,
             model: "sim".to_owned(),
@@ -208,6 +211,7 @@ impl SimConfig {
             block_size: u32::try_from(self.block_size).unwrap_or(u32::MAX),
             loras: self.loras.clone(),
             kv_events: true,
+            max_model_len: Some(self.max_model_len),
         }
     }
 }

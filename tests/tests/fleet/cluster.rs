@@ -130,3 +130,84 @@ async fn two_nodes_and_a_worker_on_one_nats_act_as_one_fleet() {
         assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
     }
 }
+
+/// Without `http.max_prompt_tokens` the prompt limit is the context length the engines
+/// announce: a worker serving 300 tokens makes a longer prompt a 400 at the router that
+/// names 300, while one that fits is served; an explicit limit still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_limit_follows_the_engines_context_length() {
+    let _fleet = crate::one_fleet_at_a_time().await;
+    let nats = NatsServer::start().await.expect("a nats-server");
+    let cluster = format!("sys{}", uuid::Uuid::new_v4().simple());
+    let worker = SimWorker::start(
+        "worker",
+        &[
+            "--nats",
+            nats.url(),
+            "--cluster",
+            &cluster,
+            "--speedup",
+            "50",
+            "--heartbeat-ms",
+            "200",
+            "--max-model-len",
+            "300",
+        ],
+    );
+    let bus = NodeBus::Nats(nats.url().to_owned());
+    let node = RouterNode::start("node", &cluster, &bus, NODE_EXTRA);
+    let fixed = RouterNode::start_with_http(
+        "fixed",
+        &cluster,
+        &bus,
+        "",
+        "max_prompt_tokens = 100\n",
+        NODE_EXTRA,
+    );
+    let http = reqwest::Client::new();
+    for n in [&node, &fixed] {
+        let url = format!("{}/ready", n.url());
+        eventually("ready once the worker announced itself", || async {
+            get(&http, url.clone()).await.0 == 200
+        })
+        .await;
+    }
+    let call = |n: &RouterNode, ids: usize| {
+        let url = format!("{}/v1/completions", n.url());
+        let body = json!({"model": "sim", "prompt": vec![7u32; ids], "max_tokens": 2});
+        let http = http.clone();
+        async move {
+            let r = http.post(url).json(&body).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, body) = call(&node, 301).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["reason"], "prompt_too_long", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("300"), "{message}");
+    let (status, body) = call(&node, 250).await;
+    assert_eq!(status, 200, "{body}");
+    // Configured, the node's own limit counts, not the engine's.
+    let (status, body) = call(&fixed, 150).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("100")
+    );
+    for n in [&node, &fixed] {
+        let url = format!("{}/debug/state", n.admin_url());
+        eventually("ledger idle", || async {
+            ledger_idle(&get(&http, url.clone()).await.1)
+        })
+        .await;
+    }
+    for stopped in [node.stop(), fixed.stop(), worker.stop()] {
+        assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    }
+}

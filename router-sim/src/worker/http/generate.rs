@@ -86,6 +86,15 @@ async fn try_generate(
     let bootstrap = parse_bootstrap(&request.body)?;
     let tokens = request.tokens;
     let prompt_tokens = tokens.len();
+    if prompt_tokens as u64 > state.cfg.max_model_len {
+        return Err(bad(
+            "prompt",
+            format!(
+                "this model's maximum context length is {} tokens; the prompt has {prompt_tokens}",
+                state.cfg.max_model_len
+            ),
+        ));
+    }
     let is_prefill = state.cfg.role == Role::Prefill;
     // SGLang: a prefill worker stages the KV under the room (its id names the room).
     let room = bootstrap.as_ref().filter(|_| is_prefill).map(|b| b.room);

@@ -146,9 +146,13 @@ fn bad(field: &str, why: impl std::fmt::Display) -> Refusal {
 }
 
 async fn models(State(state): State<WorkerState>) -> Json<Value> {
+    let max_model_len = state.cfg.max_model_len;
     let data: Vec<Value> = std::iter::once(&state.cfg.model)
         .chain(&state.cfg.loras)
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard-sim"}))
+        .map(|id| {
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard-sim",
+                   "max_model_len": max_model_len})
+        })
         .collect();
     Json(json!({"object": "list", "data": data}))
 }
