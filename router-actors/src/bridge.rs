@@ -67,12 +67,24 @@ impl Bridge {
     where
         B: Serialize + Send + 'static,
     {
+        self.publish_to(bodies.map(move |body| (subject.clone(), body)))
+    }
+
+    /// [`Self::publish`] with each body on a subject of its own (a message for one peer on
+    /// that peer's subject).
+    pub(crate) fn publish_to<B>(
+        &self,
+        messages: impl Stream<Item = (String, B)> + Send + 'static,
+    ) -> JoinHandle<()>
+    where
+        B: Serialize + Send + 'static,
+    {
         let bus = Arc::clone(&self.bus);
         let counters = Arc::clone(&self.counters);
         let mut outbox = Outbox::new(self.subjects.cluster(), self.sender);
         tokio::spawn(async move {
-            let mut bodies = std::pin::pin!(bodies);
-            while let Some(body) = bodies.next().await {
+            let mut messages = std::pin::pin!(messages);
+            while let Some((subject, body)) = messages.next().await {
                 let sent = publish_sealed(bus.as_ref(), &mut outbox, &subject, body).await;
                 let counter = if sent {
                     &counters.published

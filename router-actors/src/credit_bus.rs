@@ -1,6 +1,9 @@
-//! Room credits across nodes (`router.<pool>.credits`): a courier task publishes what the
-//! router's credit agent says to its peers, and a subscriber task hands the messages
-//! addressed to this router to its router actor (decode pool, or the aggregated pool). Asks,
+//! Room credits across nodes (`router.<pool>.credits.<router>`): a courier task publishes
+//! what the router's credit agent says to a peer on that peer's own subject, and a
+//! subscriber task hands the messages on this router's subject to its router actor (decode
+//! pool, or the aggregated pool). Each message reaches its one recipient: a replica does not
+//! receive, decode and drop the credit traffic between two others (which grew with the
+//! square of the replicas when every message went to all). Asks,
 //! grants and reports are plain messages (no sequence of their own): a lost one is repaired
 //! by the next periodic report or a repeated ask (see `router_core::credits`). Both tasks are
 //! the loops of a bridge (`bridge.rs`) whose sender is this router.
@@ -26,15 +29,20 @@ pub(crate) fn spawn_credit_publisher(
     pool: PoolRole,
     outgoing: mpsc::Receiver<CreditOut>,
 ) -> JoinHandle<()> {
-    let bodies = futures::stream::unfold(outgoing, |mut outgoing| async move {
-        let out = outgoing.recv().await?;
-        let body = CreditEnvelope {
-            to: out.to.0,
-            msg: out.msg,
-        };
-        Some((body, outgoing))
+    let subjects = bridge.subjects.clone();
+    let messages = futures::stream::unfold(outgoing, move |mut outgoing| {
+        let subjects = subjects.clone();
+        async move {
+            let out = outgoing.recv().await?;
+            let subject = subjects.credits_to(pool, out.to);
+            let body = CreditEnvelope {
+                to: out.to.0,
+                msg: out.msg,
+            };
+            Some(((subject, body), outgoing))
+        }
     });
-    bridge.publish(bridge.subjects.credits(pool), bodies)
+    bridge.publish_to(messages)
 }
 
 /// Hands the credit messages of `pool` addressed to this router (from another) to its
@@ -53,6 +61,6 @@ pub(crate) async fn spawn_credit_subscriber(
             tracing::debug!("router actor gone; credit message dropped");
         }
     };
-    let subject = bridge.subjects.credits(pool);
+    let subject = bridge.subjects.credits_to(pool, RouterId(me));
     bridge.receive(subject, for_me, deliver).await
 }

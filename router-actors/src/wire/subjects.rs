@@ -1,6 +1,6 @@
 //! Subject names, all under the cluster prefix (DESIGN §6).
 
-use router_core::PoolRole;
+use router_core::{PoolRole, RouterId};
 
 /// The token a pool has in subjects.
 pub fn pool_token(role: PoolRole) -> &'static str {
@@ -56,6 +56,12 @@ impl Subjects {
     /// reports), each message naming the router it is for.
     pub fn credits(&self, pool: PoolRole) -> String {
         format!("{}.router.{}.credits", self.cluster, pool_token(pool))
+    }
+
+    /// `router.<pool>.credits.<router>`: room credits for one router (its id, 32 hex
+    /// digits), which only it subscribes to.
+    pub fn credits_to(&self, pool: PoolRole, router: RouterId) -> String {
+        format!("{}.{}", self.credits(pool), router.0.simple())
     }
 
     /// `router.decode.room`: RoomChanged from decode routers to every prefill queue.
