@@ -149,6 +149,12 @@ fn digests_ignore_order_and_see_every_field() {
     assert_ne!(d, digest_of(&[b(1, 5), b(2, 0)], &[]));
     assert_ne!(d, digest_of(&[b(1, 5), b(3, 6)], &[]));
     assert_eq!(digest_of(&[], &[]), Digest::default());
+    // A prompt's blocks by their count and chained last hash.
+    let mut other = b(2, 6);
+    other.1.block_hashes = vec![1, 3];
+    assert_ne!(d, digest_of(&[b(1, 5), other.clone()], &[]));
+    other.1.block_hashes = vec![1, 2, 2];
+    assert_ne!(d, digest_of(&[b(1, 5), other], &[]));
 }
 
 #[test]
