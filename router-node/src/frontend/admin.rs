@@ -21,6 +21,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use router_tokenizer::Lane;
 use serde_json::json;
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
@@ -89,6 +90,11 @@ async fn require_token(
 /// The frontend's metrics and, with a node attached, its actors' state observed now (each
 /// actor within the scrape timeout; a silent one is counted, never an error answer).
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let gate = &state.tokenize_gate;
+    state.metrics.tokenizer(
+        state.prompter.cache().map(|c| c.stats()),
+        [Lane::Quick, Lane::Bulk].map(|lane| (lane.label(), gate.lane_in_use(lane))),
+    );
     (
         [(
             header::CONTENT_TYPE,

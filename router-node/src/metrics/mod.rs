@@ -42,6 +42,7 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use router_core::{PrefixHit, WorkerId};
+use router_tokenizer::TokenCacheStats;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -312,6 +313,27 @@ impl Metrics {
 
     pub fn inflight(&self) -> i64 {
         self.http.inflight.get()
+    }
+
+    /// The tokenizer's state now: its token cache's totals (`None`: no cache) and the slots
+    /// in use per lane (quick, bulk).
+    pub fn tokenizer(&self, cache: Option<TokenCacheStats>, slots: [(&str, usize); 2]) {
+        let http = &self.http;
+        if let Some(cache) = cache {
+            for (result, total) in [("hit", cache.hit_bytes), ("miss", cache.miss_bytes)] {
+                let counter = http
+                    .tokenizer_cache_bytes
+                    .get_or_create(&vec![("result", result.to_owned())]);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+            http.tokenizer_cache_held
+                .set(i64::try_from(cache.held_bytes).unwrap_or(i64::MAX));
+        }
+        for (lane, in_use) in slots {
+            http.tokenizer_slots
+                .get_or_create(&vec![("lane", lane.to_owned())])
+                .set(i64::try_from(in_use).unwrap_or(i64::MAX));
+        }
     }
 
     /// The Prometheus text exposition of the frontend's own metrics (no node state).

@@ -35,6 +35,9 @@ pub(in crate::metrics) struct HttpFamilies {
     pub upstream_requests: Counters,
     pub upstream_errors: Counters,
     pub build_info: Gauges,
+    pub tokenizer_cache_bytes: Counters,
+    pub tokenizer_cache_held: Gauge,
+    pub tokenizer_slots: Gauges,
 }
 
 impl HttpFamilies {
@@ -63,6 +66,9 @@ impl HttpFamilies {
             upstream_requests: Counters::default(),
             upstream_errors: Counters::default(),
             build_info: Gauges::default(),
+            tokenizer_cache_bytes: Counters::default(),
+            tokenizer_cache_held: Gauge::default(),
+            tokenizer_slots: Gauges::default(),
         };
         f.register_admission(registry);
         f.register_requests(registry);
@@ -170,6 +176,21 @@ impl HttpFamilies {
 
     /// The fleet as the frontend used it: prefix reuse per pool, calls per worker, the build.
     fn register_fleet(&self, r: &mut Registry) {
+        r.register(
+            "tokenizer_cache_bytes",
+            "Prompt text looked up in the token cache, by result (hit: its ids reused; miss: tokenized and added)",
+            self.tokenizer_cache_bytes.clone(),
+        );
+        r.register(
+            "tokenizer_cache_held_bytes",
+            "Bytes the token cache holds (text, ids and per-entry overhead)",
+            self.tokenizer_cache_held.clone(),
+        );
+        r.register(
+            "tokenizer_slots_in_use",
+            "Prompts being tokenized off their request's task, by lane (quick, bulk)",
+            self.tokenizer_slots.clone(),
+        );
         r.register(
             "prefix_matched_blocks",
             "Prompt blocks already cached on the rank each admission chose (KV prefix index), by pool",
