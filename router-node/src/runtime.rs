@@ -10,13 +10,20 @@ use tokio::runtime::{Builder, Runtime};
 /// A multi-threaded runtime with I/O and time, or exit code 1 after saying why on stderr as
 /// `<command>: cannot start the async runtime: <error>`.
 pub fn start(command: &str) -> Result<Runtime, ExitCode> {
-    Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("{command}: cannot start the async runtime: {e}");
-            ExitCode::from(1)
-        })
+    start_with(command, None)
+}
+
+/// [`start`] with `worker_threads` async worker threads (`None`: tokio's default, one per
+/// core the process may use, or `TOKIO_WORKER_THREADS`).
+pub fn start_with(command: &str, worker_threads: Option<usize>) -> Result<Runtime, ExitCode> {
+    let mut builder = Builder::new_multi_thread();
+    if let Some(threads) = worker_threads {
+        builder.worker_threads(threads.max(1));
+    }
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("{command}: cannot start the async runtime: {e}");
+        ExitCode::from(1)
+    })
 }
 
 /// The command line of a binary (`args` with the program name): help and version printed

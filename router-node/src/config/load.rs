@@ -185,6 +185,12 @@ impl Config {
         if n.block_size == 0 {
             return Err(ConfigError::invalid("node.block_size", "must be >= 1"));
         }
+        if n.worker_threads == Some(0) {
+            return Err(ConfigError::invalid("node.worker_threads", "must be >= 1"));
+        }
+        if self.node.worker_threads == Some(0) {
+            return Err(ConfigError::invalid("node.worker_threads", "must be >= 1"));
+        }
         for (index, engine) in self.engines.iter().enumerate() {
             engine.validate(index, n.topology)?;
         }

@@ -105,6 +105,12 @@ pub struct NodeSection {
     pub topology: TopologyKind,
     /// Tokens per KV block of every worker.
     pub block_size: u32,
+    /// Threads that run the node's async work (sockets, actors, the request path; long
+    /// prompts are tokenized on threads of their own). Absent: one per core the process may
+    /// use. On a machine whose cores the router shares with engines, fewer threads spend
+    /// less CPU per request waking each other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_threads: Option<usize>,
 }
 
 impl Default for NodeSection {
@@ -114,6 +120,7 @@ impl Default for NodeSection {
             router_id: None,
             topology: TopologyKind::Aggregated,
             block_size: 16,
+            worker_threads: None,
         }
     }
 }

@@ -274,7 +274,8 @@ pub fn main(config_path: Option<&Path>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match crate::runtime::start("router-node serve") {
+    let runtime = match crate::runtime::start_with("router-node serve", config.node.worker_threads)
+    {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
