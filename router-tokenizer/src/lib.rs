@@ -48,7 +48,7 @@ pub use prompter::{
     TokenizeGate, Tokenized, TokenizerBusy,
 };
 pub use request::{
-    MAX_SEQUENCES, PromptInput, RequestBody, byte_pieces, render_chat, render_request,
+    MAX_SEQUENCES, PromptInput, RequestBody, TextPrompt, byte_pieces, render_chat, render_request,
 };
 /// The OpenAI route a request came in on: router-core's one enum of routes.
 pub use router_core::Endpoint;

@@ -95,14 +95,14 @@ impl EncodePlan {
         self.miss_bytes
     }
 
-    /// The prompt's ids (module docs), or the first piece over `max_piece` bytes among the
-    /// chunks to encode.
+    /// The prompt's ids (module docs) and its text given back, or the first piece over
+    /// `max_piece` bytes among the chunks to encode.
     pub(crate) fn finish(
         self,
         tokenizer: &Tokenizer,
         cache: Option<&TokenCache>,
         max_piece: usize,
-    ) -> Result<Vec<u32>, PieceTooLong> {
+    ) -> Result<(Vec<u32>, Vec<String>), PieceTooLong> {
         let text = |c: &Chunk| &self.parts[c.part][c.range.clone()];
         let misses: Vec<&Chunk> = self.chunks.iter().filter(|c| c.cached.is_none()).collect();
         for chunk in &misses {
@@ -140,7 +140,7 @@ impl EncodePlan {
                 false => ids.append(&mut part_ids),
             }
         }
-        Ok(ids)
+        Ok((ids, self.parts))
     }
 }
 
@@ -160,6 +160,7 @@ mod tests {
         EncodePlan::new(&tokenizer, cache, parts, false)
             .finish(&tokenizer, cache, usize::MAX)
             .expect("no limit")
+            .0
     }
 
     #[test]

@@ -172,11 +172,13 @@ pub enum TokenizeError {
     PieceTooLong(#[from] PieceTooLong),
 }
 
-/// A prompt's ids, and how long it waited for a tokenizer slot.
+/// A prompt's ids, how long it waited for a tokenizer slot, and its text given back (a text
+/// prompt's parts, for whoever sends the text on).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokenized {
     pub ids: Vec<u32>,
     pub waited: Duration,
+    pub text: Option<Vec<String>>,
 }
 
 impl Prompter {
@@ -294,6 +296,7 @@ impl Prompter {
                 return Ok(Tokenized {
                     ids,
                     waited: Duration::ZERO,
+                    text: None,
                 });
             }
             PromptInput::Text(parts) => parts,
@@ -302,10 +305,11 @@ impl Prompter {
         let plan = EncodePlan::new(&self.tokenizer, self.cache(), parts, specials);
         let left = plan.miss_bytes();
         if left <= INLINE_TOKENIZE_MAX_BYTES && self.tokenizer.ready() {
-            let ids = plan.finish(&self.tokenizer, self.cache(), max_piece)?;
+            let (ids, text) = plan.finish(&self.tokenizer, self.cache(), max_piece)?;
             return Ok(Tokenized {
                 ids,
                 waited: Duration::ZERO,
+                text: Some(text),
             });
         }
         let asked = tokio::time::Instant::now();
@@ -331,15 +335,19 @@ impl Prompter {
         let waited = asked.elapsed();
         let tokenizer = self.tokenizer.clone();
         let cache = self.cache.clone();
-        let ids = tokio::task::spawn_blocking(move || {
-            let ids = plan.finish(&tokenizer, cache.as_deref(), max_piece);
+        let (ids, text) = tokio::task::spawn_blocking(move || {
+            let encoded = plan.finish(&tokenizer, cache.as_deref(), max_piece);
             drop(slot);
-            ids
+            encoded
         })
         .await
         // The encoding catches the tokenizer's panics; only a runtime shutting down fails it.
-        .unwrap_or_else(|_| Ok(Vec::new()))?;
-        Ok(Tokenized { ids, waited })
+        .unwrap_or_else(|_| Ok((Vec::new(), Vec::new())))?;
+        Ok(Tokenized {
+            ids,
+            waited,
+            text: Some(text),
+        })
     }
 
     /// Builds the tokenizer's tables on a blocking thread, so the first text request does

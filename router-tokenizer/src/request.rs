@@ -8,7 +8,10 @@
 //! `max_tokens` and `max_completion_tokens` (non-negative integers; the larger counts, so a
 //! client cannot book one output token and have the engine generate the other), `n` and
 //! `best_of` (the sequences generated per prompt, 1 to [`MAX_SEQUENCES`]) and `stream`
-//! (bool). Every other field stays in [`RequestBody::body`] untouched.
+//! (bool). Every other field stays in [`RequestBody::body`] untouched; so does a token-id
+//! prompt, while a text prompt is moved out of it into [`RequestBody::prompt`] (never copied:
+//! a prompt may be megabytes), its shape kept in [`RequestBody::text_prompt`] for whoever
+//! writes the body again.
 //!
 //! Chat rendering (what the router hashes and counts, not what the worker sees): by default
 //! each message becomes `"<role>: <content>\n"`, followed by `"assistant:"` ([`render_chat`]),
@@ -44,8 +47,19 @@ pub struct RequestBody {
     /// a completion's batch. Every one of them holds decode KV.
     pub sequences: u64,
     pub prompt: PromptInput,
-    /// The body as received.
+    /// How a completion's text prompt was given (`None`: ids, kept in `body`, or a chat).
+    pub text_prompt: Option<TextPrompt>,
+    /// The body as received, less a text prompt (moved to `prompt`).
     pub body: Map<String, Value>,
+}
+
+/// The shape of a completion's text prompt, moved out of the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextPrompt {
+    /// `"prompt": "..."`.
+    One,
+    /// `"prompt": ["...", ...]`, a batch.
+    Batch,
 }
 
 impl RequestBody {
@@ -64,7 +78,7 @@ impl RequestBody {
     ) -> Result<Self, PromptError> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| PromptError::field("body", format!("not valid JSON: {e}")))?;
-        let Value::Object(body) = value else {
+        let Value::Object(mut body) = value else {
             return Err(PromptError::field("body", "must be a JSON object"));
         };
         let model = match body.get("model") {
@@ -86,9 +100,15 @@ impl RequestBody {
             (a, b) => a.or(b),
         };
         let per_prompt = sequences(&body, "n")?.max(sequences(&body, "best_of")?);
-        let (prompt, prompts) = match endpoint {
-            Endpoint::Completions => parse_prompt(body.get("prompt"))?,
-            Endpoint::Chat => (PromptInput::Text(vec![render(&body)?]), 1),
+        let (prompt, prompts, text_prompt) = match endpoint {
+            Endpoint::Completions => {
+                let (prompt, prompts, text, ids) = parse_prompt(body.remove("prompt"))?;
+                if let Some(ids) = ids {
+                    body.insert("prompt".to_owned(), ids);
+                }
+                (prompt, prompts, text)
+            }
+            Endpoint::Chat => (PromptInput::Text(vec![render(&body)?]), 1, None),
         };
         Ok(Self {
             endpoint,
@@ -97,6 +117,7 @@ impl RequestBody {
             max_tokens,
             sequences: per_prompt.saturating_mul(prompts),
             prompt,
+            text_prompt,
             body,
         })
     }
@@ -140,12 +161,17 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, PromptError> {
         .collect()
 }
 
-/// A completion's prompt and how many prompts its batch holds.
-fn parse_prompt(prompt: Option<&Value>) -> Result<(PromptInput, u64), PromptError> {
+/// A completion's prompt, how many prompts its batch holds, the shape of a text prompt, and
+/// a token-id prompt's value to keep in the body (a text prompt's strings are moved out).
+fn parse_prompt(
+    prompt: Option<Value>,
+) -> Result<(PromptInput, u64, Option<TextPrompt>, Option<Value>), PromptError> {
     const SHAPE: &str = "must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
     let items = match prompt {
         None => return Err(PromptError::field("prompt", "is required")),
-        Some(Value::String(s)) => return Ok((PromptInput::Text(vec![s.clone()]), 1)),
+        Some(Value::String(s)) => {
+            return Ok((PromptInput::Text(vec![s]), 1, Some(TextPrompt::One), None));
+        }
         Some(Value::Array(items)) => items,
         Some(_) => return Err(PromptError::field("prompt", SHAPE)),
     };
@@ -153,21 +179,39 @@ fn parse_prompt(prompt: Option<&Value>) -> Result<(PromptInput, u64), PromptErro
     match items.first() {
         None => Err(PromptError::field("prompt", "must not be an empty array")),
         Some(Value::String(_)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
             .collect::<Option<Vec<_>>>()
-            .map(|parts| (PromptInput::Text(parts), batch))
+            .map(|parts| {
+                (
+                    PromptInput::Text(parts),
+                    batch,
+                    Some(TextPrompt::Batch),
+                    None,
+                )
+            })
             .ok_or_else(|| PromptError::field("prompt", SHAPE)),
-        Some(Value::Number(_)) => token_ids(items).map(|ids| (PromptInput::Tokens(ids), 1)),
+        Some(Value::Number(_)) => {
+            let ids = token_ids(&items)?;
+            Ok((PromptInput::Tokens(ids), 1, None, Some(Value::Array(items))))
+        }
         Some(Value::Array(_)) => {
             let mut all = Vec::new();
-            for item in items {
+            for item in &items {
                 let Value::Array(ids) = item else {
                     return Err(PromptError::field("prompt", SHAPE));
                 };
                 all.extend(token_ids(ids)?);
             }
-            Ok((PromptInput::Tokens(all), batch))
+            Ok((
+                PromptInput::Tokens(all),
+                batch,
+                None,
+                Some(Value::Array(items)),
+            ))
         }
         Some(_) => Err(PromptError::field("prompt", SHAPE)),
     }

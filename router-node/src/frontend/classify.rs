@@ -19,6 +19,7 @@ use super::openai::ParsedRequest;
 use crate::auth::ApiKey;
 use axum::http::HeaderMap;
 use router_core::policy::{BodyField, Classification, ClassifyError, RequestFacts};
+use router_tokenizer::{PromptInput, TextPrompt};
 use serde::Serialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -40,7 +41,7 @@ pub(super) fn classify(
     key: Option<&ApiKey>,
 ) -> Result<Class, ApiError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let body_field = |field: &BodyField| body_field(&request.body, field);
+    let body_field = |field: &BodyField| body_field(request, field);
     let facts = RequestFacts {
         model: &request.model,
         endpoint: request.endpoint,
@@ -119,12 +120,20 @@ pub(super) fn known_class(
     }))
 }
 
-/// A body field as text: strings as they are, numbers and booleans as their JSON text.
-fn body_field<'a>(
-    body: &'a serde_json::Map<String, Value>,
-    field: &BodyField,
-) -> Option<Cow<'a, str>> {
+/// A body field as text: strings as they are, numbers and booleans as their JSON text. A
+/// completion's one text prompt, moved out of the body when it was parsed, is read from the
+/// request.
+fn body_field<'a>(request: &'a ParsedRequest, field: &BodyField) -> Option<Cow<'a, str>> {
+    let body = &request.body;
     let value = match field {
+        BodyField::TopLevel(name) if name == "prompt" && !body.contains_key(name) => {
+            return match (&request.prompt, request.text_prompt) {
+                (PromptInput::Text(parts), Some(TextPrompt::One)) => {
+                    parts.first().map(|p| Cow::Borrowed(p.as_str()))
+                }
+                _ => None,
+            };
+        }
         BodyField::TopLevel(name) => body.get(name)?,
         BodyField::Metadata(key) => body.get("metadata")?.as_object()?.get(key)?,
     };

@@ -244,6 +244,10 @@ async fn prepare(
         tokenized.waited.as_secs_f64(),
     );
     let tokens = tokenized.ids;
+    // The text goes back into the request: the worker gets it unless its ids are forwarded.
+    if let Some(text) = tokenized.text {
+        request.prompt = PromptInput::Text(text);
+    }
     check_prompt_tokens(tokens.len(), max_prompt)?;
     // Without classifiers the header already decided (`known`, its key checked before the
     // body): nothing more to evaluate.

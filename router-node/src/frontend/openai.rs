@@ -7,7 +7,7 @@
 use super::error::ApiError;
 use super::limits::{Deadline, Limits};
 use router_core::Endpoint;
-use router_tokenizer::{PromptError, PromptInput, RequestBody, TokenizeError};
+use router_tokenizer::{PromptError, PromptInput, RequestBody, TextPrompt, TokenizeError};
 use serde_json::{Map, Value};
 
 /// A validated OpenAI request.
@@ -21,7 +21,9 @@ pub struct ParsedRequest {
     /// Sequences the engine generates (`n` or `best_of`, times a batch's prompts).
     pub sequences: u64,
     pub prompt: PromptInput,
-    /// The body as received.
+    /// How a completion's text prompt was given (it is in `prompt`, not in `body`).
+    pub text_prompt: Option<TextPrompt>,
+    /// The body as received, less a text prompt.
     pub body: Map<String, Value>,
     /// The router's token ids of a one-text completion prompt, sent upstream in its place
     /// (`forward_token_ids`).
@@ -40,6 +42,7 @@ impl From<RequestBody> for ParsedRequest {
             max_tokens: request.max_tokens,
             sequences: request.sequences,
             prompt: request.prompt,
+            text_prompt: request.text_prompt,
             body: request.body,
             prompt_ids: None,
             deadline: None,
@@ -178,10 +181,19 @@ impl serde::Serialize for LegBody<'_> {
                 || (key == "stream_options" && leg.ask_usage)
                 || leg.leave_out.contains(&key)
                 || leg.set.iter().any(|(k, _)| *k == key);
-            match &request.prompt_ids {
-                _ if replaced => {}
-                Some(ids) if key == "prompt" => map.serialize_entry(key, ids)?,
-                _ => map.serialize_entry(key, value)?,
+            if !replaced {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        // A text prompt, moved out of the body when it was parsed: as ids, or as it came.
+        if let Some(shape) = request.text_prompt {
+            match (&request.prompt_ids, &request.prompt, shape) {
+                (Some(ids), _, _) => map.serialize_entry("prompt", ids)?,
+                (None, PromptInput::Text(parts), TextPrompt::One) if parts.len() == 1 => {
+                    map.serialize_entry("prompt", &parts[0])?;
+                }
+                (None, PromptInput::Text(parts), _) => map.serialize_entry("prompt", parts)?,
+                (None, PromptInput::Tokens(_), _) => {}
             }
         }
         for (key, value) in &leg.set {

@@ -281,3 +281,34 @@ fn metrics_render_every_family() {
     m.inflight_dec();
     assert_eq!(m.inflight(), 0);
 }
+
+#[test]
+fn a_text_prompt_moved_out_of_the_body_goes_upstream_as_it_came_or_as_ids() {
+    let sent = |p: &ParsedRequest| -> Value {
+        serde_json::from_slice(&p.upstream_body()).unwrap_or_default()
+    };
+    let one = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": "a long prompt", "max_tokens": 2}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    assert!(one.body.get("prompt").is_none(), "moved, not copied");
+    assert_eq!(sent(&one)["prompt"], json!("a long prompt"));
+    let batch = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": ["a", "b"]}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    assert_eq!(sent(&batch)["prompt"], json!(["a", "b"]));
+    let ids = parse(
+        Endpoint::Completions,
+        &json!({"model": "m", "prompt": [1, 2]}),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.message));
+    assert_eq!(sent(&ids)["prompt"], json!([1, 2]));
+    let mut forwarded = one.clone();
+    forwarded.set_prompt_ids(vec![7, 8, 9]);
+    let raw = String::from_utf8(forwarded.upstream_body()).unwrap_or_default();
+    assert_eq!(raw.matches("\"prompt\":").count(), 1, "{raw}");
+    assert_eq!(sent(&forwarded)["prompt"], json!([7, 8, 9]));
+}
