@@ -93,7 +93,7 @@ impl Config {
             let message = e.to_string().trim_end().to_owned();
             // The parser shows the line; name the table it is in as well.
             let message = match e.span().and_then(|span| section_at(text, span.start)) {
-                Some(section) => format!("in [{section}]: {message}"),
+                Some(section) => format!("in {section}: {message}"),
                 None => message,
             };
             ConfigError::Parse {
@@ -342,14 +342,30 @@ impl Config {
     }
 }
 
-/// The `[table]` header in force at byte `offset` of `text`.
-fn section_at(text: &str, offset: usize) -> Option<&str> {
+/// The table in force at byte `offset` of `text`: `[admin]` under an `[admin]` header,
+/// `engines[1]` inside the second `[[engines]]` entry (as validation names its keys).
+fn section_at(text: &str, offset: usize) -> Option<String> {
     let before = text.get(..offset)?;
-    before.lines().rev().find_map(|line| {
+    let header = |line: &str| -> Option<(bool, String)> {
         let line = line.trim();
-        let inner = line.strip_prefix('[')?.split(']').next()?.trim();
-        (!inner.is_empty() && !inner.starts_with('[')).then_some(inner)
-    })
+        if let Some(rest) = line.strip_prefix("[[") {
+            let name = rest.split("]]").next()?.trim();
+            (!name.is_empty()).then(|| (true, name.to_owned()))
+        } else {
+            let name = line.strip_prefix('[')?.split(']').next()?.trim();
+            (!name.is_empty()).then(|| (false, name.to_owned()))
+        }
+    };
+    let (array, name) = before.lines().rev().find_map(header)?;
+    if !array {
+        return Some(format!("[{name}]"));
+    }
+    let entries = before
+        .lines()
+        .filter_map(header)
+        .filter(|(is_array, n)| *is_array && *n == name)
+        .count();
+    Some(format!("{name}[{}]", entries.saturating_sub(1)))
 }
 
 /// Reads a policy profile (`.toml`, `.yaml` or `.yml`); every error names `policy.path` and

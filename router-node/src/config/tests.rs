@@ -43,6 +43,17 @@ fn an_unknown_key_is_named_with_the_file() {
 }
 
 #[test]
+fn an_unknown_key_in_an_array_entry_names_the_entry() {
+    let text = "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[engines]]\nkind = \"vllm\"\n\
+                url = \"http://a:1\"\n\n[[engines]]\nkind = \"vllm\"\nurl = \"http://b:1\"\n\
+                modle_dir = \"/m\"\n";
+    let err = parse(text).unwrap_err().to_string();
+    assert!(err.contains("in engines[1]"), "{err}");
+    assert!(!err.contains("[admin]"), "{err}");
+    assert!(err.contains("modle_dir"), "{err}");
+}
+
+#[test]
 fn a_wrong_type_is_named() {
     let err = parse("[node]\nblock_size = \"sixteen\"\n").unwrap_err();
     assert!(err.to_string().contains("block_size"), "{err}");
