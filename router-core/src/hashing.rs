@@ -52,18 +52,58 @@ fn namespace_seed(namespace: Option<&str>) -> u64 {
     }
 }
 
-/// The hashing namespace of a request or a stored block: its LoRA adapter and its cache salt,
-/// so blocks of different adapters or tenants never share a prefix. `None` when both are
-/// absent (the base model, no salt). Engines' stored blocks and requests must use the same.
-pub fn hash_namespace(lora: Option<&str>, salt: Option<&str>) -> Option<String> {
-    match (lora, salt) {
-        (None, None) => None,
-        (lora, salt) => Some(format!(
-            "lora={}\u{1f}salt={}",
-            lora.unwrap_or(""),
-            salt.unwrap_or("")
-        )),
+/// What a block's hash depends on besides its tokens, as engines hash it: the LoRA adapter
+/// (every block of the sequence) and the cache salt (vLLM's `cache_salt`: only the sequence's
+/// first block; the chain carries it to every block after, so a continuation an engine
+/// stores without the salt still chains under it). Blocks of different adapters or salts
+/// never share a prefix.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HashScope<'a> {
+    pub lora: Option<&'a str>,
+    pub salt: Option<&'a str>,
+}
+
+impl<'a> HashScope<'a> {
+    /// The base model, no salt.
+    pub const NONE: HashScope<'static> = HashScope {
+        lora: None,
+        salt: None,
+    };
+
+    pub fn new(lora: Option<&'a str>, salt: Option<&'a str>) -> Self {
+        Self { lora, salt }
     }
+
+    /// The local hashes of `tokens`' full blocks; `starts_sequence`: the first block is the
+    /// sequence's first (an engine's stored event without a parent), so the salt applies.
+    pub fn local_hashes(
+        &self,
+        tokens: &[u32],
+        block_size: usize,
+        starts_sequence: bool,
+    ) -> Vec<LocalBlockHash> {
+        let mut locals = local_block_hashes(tokens, block_size, self.lora);
+        if let (true, Some(salt), Some(first)) = (starts_sequence, self.salt, locals.first_mut()) {
+            *first = salted(*first, salt);
+        }
+        locals
+    }
+
+    /// A whole sequence's hashes: what a request is looked up with.
+    pub fn sequence_hashes(&self, tokens: &[u32], block_size: usize) -> Vec<SequenceHash> {
+        sequence_hashes(&self.local_hashes(tokens, block_size, true))
+    }
+}
+
+/// A first block's local hash under a cache salt (tagged and length-prefixed, so no salt is
+/// another's prefix and the empty salt differs from none).
+fn salted(local: LocalBlockHash, salt: &str) -> LocalBlockHash {
+    let mut buf = Vec::with_capacity(17 + salt.len());
+    buf.push(2u8);
+    buf.extend_from_slice(&local.0.to_le_bytes());
+    buf.extend_from_slice(&(salt.len() as u64).to_le_bytes());
+    buf.extend_from_slice(salt.as_bytes());
+    LocalBlockHash(xxh3_64(&buf))
 }
 
 /// One [`LocalBlockHash`] per full block of `block_size` tokens; a trailing partial block is
@@ -118,9 +158,9 @@ pub fn sequence_hashes(locals: &[LocalBlockHash]) -> Vec<SequenceHash> {
 pub fn token_sequence_hashes(
     tokens: &[u32],
     block_size: usize,
-    namespace: Option<&str>,
+    scope: HashScope<'_>,
 ) -> Vec<SequenceHash> {
-    sequence_hashes(&local_block_hashes(tokens, block_size, namespace))
+    scope.sequence_hashes(tokens, block_size)
 }
 
 #[cfg(test)]
@@ -180,7 +220,32 @@ mod tests {
         for i in 1..locals.len() {
             assert_eq!(seqs[i], chain(Some(seqs[i - 1]), locals[i]));
         }
-        assert_eq!(token_sequence_hashes(&tokens(80), 16, Some("salt")), seqs);
+        let scope = HashScope::new(Some("salt"), None);
+        assert_eq!(token_sequence_hashes(&tokens(80), 16, scope), seqs);
+    }
+
+    #[test]
+    fn a_salt_changes_the_first_block_and_through_the_chain_every_block_after() {
+        let t = tokens(64);
+        let plain = HashScope::NONE.local_hashes(&t, 16, true);
+        let salted = HashScope::new(None, Some("tenant-a")).local_hashes(&t, 16, true);
+        assert_ne!(plain[0], salted[0]);
+        assert_eq!(plain[1..], salted[1..], "only the first block is salted");
+        let a = HashScope::new(None, Some("tenant-a")).sequence_hashes(&t, 16);
+        let b = HashScope::new(None, Some("tenant-b")).sequence_hashes(&t, 16);
+        let empty = HashScope::new(None, Some("")).sequence_hashes(&t, 16);
+        let none = HashScope::NONE.sequence_hashes(&t, 16);
+        for (i, block) in a.iter().enumerate() {
+            assert!(block != &b[i] && block != &none[i] && empty[i] != none[i]);
+        }
+        // A continuation stored without the salt (an engine's event with a parent) chains
+        // under the salted first block to the request's own hashes.
+        let rest = HashScope::new(None, Some("tenant-a")).local_hashes(&t[16..], 16, false);
+        let mut chained = vec![a[0]];
+        for local in rest {
+            chained.push(chain(chained.last().copied(), local));
+        }
+        assert_eq!(chained, a);
     }
 
     #[test]

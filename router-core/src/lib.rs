@@ -25,7 +25,7 @@ pub use admission::{
     PrefixHit, RejectReason, RoomWant, Scheduler, SchedulerConfig,
 };
 pub use eligibility::Eligibility;
-pub use hashing::{LocalBlockHash, SequenceHash};
+pub use hashing::{HashScope, LocalBlockHash, SequenceHash};
 pub use ids::{BookingKey, ClassId, RankId, RequestId, RouterId, WorkerId};
 pub use index::{
     ApproxConfig, ApproxIndex, EventStatus, ExternalHash, IndexStats, KvEvent, KvEventData,

@@ -22,6 +22,9 @@ pub struct WorkerSpec {
     pub max_num_batched_tokens: Option<u64>,
     /// Tokens per KV block.
     pub block_size: u32,
+    /// The base model it serves, as its engine names it (`/v1/models`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// LoRA adapters this worker can serve.
     #[serde(default)]
     pub loras: Vec<String>,
@@ -42,6 +45,12 @@ fn publishes_events() -> bool {
 /// The most data-parallel ranks one worker may announce.
 pub const MAX_DP_SIZE: u32 = 1024;
 
+/// The most LoRA adapters one worker may announce.
+pub const MAX_LORAS: usize = 4096;
+
+/// The longest model or adapter name a worker may announce, in bytes.
+pub const MAX_MODEL_NAME: usize = 512;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkerSpecError {
     #[error("{worker}: dp_size must be at least 1")]
@@ -58,6 +67,10 @@ pub enum WorkerSpecError {
     ZeroBatchTokens { worker: WorkerId },
     #[error("{worker}: max_model_len must be at least 1")]
     ZeroModelLen { worker: WorkerId },
+    #[error("{worker}: {loras} LoRA adapters is above {MAX_LORAS}")]
+    TooManyLoras { worker: WorkerId, loras: usize },
+    #[error("{worker}: a model or adapter name must be 1 to {MAX_MODEL_NAME} bytes")]
+    BadModelName { worker: WorkerId },
 }
 
 impl WorkerSpec {
@@ -70,6 +83,7 @@ impl WorkerSpec {
             total_kv_blocks: Some(total_kv_blocks),
             max_num_batched_tokens: Some(max_num_batched_tokens),
             block_size: 16,
+            model: None,
             loras: Vec::new(),
             kv_events: true,
             max_model_len: None,
@@ -98,6 +112,16 @@ impl WorkerSpec {
         }
         if self.max_model_len == Some(0) {
             return Err(WorkerSpecError::ZeroModelLen { worker });
+        }
+        if self.loras.len() > MAX_LORAS {
+            return Err(WorkerSpecError::TooManyLoras {
+                worker,
+                loras: self.loras.len(),
+            });
+        }
+        let bad_name = |n: &String| n.is_empty() || n.len() > MAX_MODEL_NAME;
+        if self.model.iter().chain(&self.loras).any(bad_name) {
+            return Err(WorkerSpecError::BadModelName { worker });
         }
         Ok(())
     }

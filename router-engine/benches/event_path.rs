@@ -168,7 +168,7 @@ fn bench(c: &mut Criterion) {
     let lookups: Vec<_> = stream
         .prompts
         .iter()
-        .map(|p| token_sequence_hashes(p, BLOCK, None))
+        .map(|p| token_sequence_hashes(p, BLOCK, router_core::HashScope::NONE))
         .collect();
     let events = translate_all(&stream);
     let mut group = c.benchmark_group("event_path");

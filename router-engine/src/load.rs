@@ -40,6 +40,10 @@ pub struct EngineReport {
     pub capacity: Option<Capacity>,
     /// By data-parallel rank.
     pub ranks: BTreeMap<u32, RankLoad>,
+    /// Prompt tokens the engine has prefilled since it started, over all ranks (vLLM's and
+    /// SGLang's `prompt_tokens_total` counter), when it reports them: an engine whose count
+    /// grows serves requests, so it should be storing KV blocks and saying so.
+    pub prompt_tokens: Option<u64>,
     /// Lines the parser could not read (the rest of the scrape is still used).
     pub unreadable: usize,
 }
@@ -62,6 +66,7 @@ impl EngineKind {
 }
 
 struct Names {
+    prompt_tokens: &'static str,
     running: &'static str,
     waiting: &'static str,
     usage: &'static str,
@@ -71,12 +76,14 @@ struct Names {
 fn names(kind: EngineKind) -> Names {
     match kind {
         EngineKind::Vllm => Names {
+            prompt_tokens: "vllm:prompt_tokens",
             running: "vllm:num_requests_running",
             waiting: "vllm:num_requests_waiting",
             usage: "vllm:kv_cache_usage_perc",
             rank_label: "engine",
         },
         EngineKind::Sglang => Names {
+            prompt_tokens: "sglang:prompt_tokens",
             running: "sglang:num_running_reqs",
             waiting: "sglang:num_queue_reqs",
             usage: "sglang:token_usage",
@@ -117,6 +124,17 @@ pub fn read_metrics(kind: EngineKind, text: &str) -> EngineReport {
     for metric in &metrics {
         if kind == EngineKind::Vllm && metric.name == "vllm:cache_config_info" {
             report.capacity = report.capacity.or_else(|| vllm_capacity(metric));
+            continue;
+        }
+        // A counter: the parser may give its family name or the sample's `_total` one.
+        if metric.name.strip_suffix("_total").unwrap_or(&metric.name) == names.prompt_tokens {
+            let total: f64 = metric
+                .samples
+                .iter()
+                .filter_map(|s| s.value.value.as_str().parse::<f64>().ok())
+                .map(|v| count(v) as f64)
+                .sum();
+            report.prompt_tokens = Some(report.prompt_tokens.unwrap_or(0) + count(total));
             continue;
         }
         let field: fn(&mut RankLoad, f64) = if metric.name == names.running {
@@ -189,9 +207,13 @@ pub fn sglang_capacity(json: &[u8]) -> Option<Capacity> {
     })
 }
 
-/// One entry of an OpenAI `/v1/models` answer as far as the context length goes.
+/// One entry of an OpenAI `/v1/models` answer: its name, the base model of an adapter
+/// (vLLM lists each loaded LoRA adapter with `parent`), its context length.
 #[derive(Debug, Clone, Deserialize)]
 struct ModelEntry {
+    id: String,
+    #[serde(default)]
+    parent: Option<String>,
     max_model_len: Option<u64>,
 }
 
@@ -200,16 +222,47 @@ struct ModelList {
     data: Vec<ModelEntry>,
 }
 
-/// The longest sequence the engine takes, from its `/v1/models` answer (vLLM's and
-/// SGLang's entries carry `max_model_len`): the smallest among its models, `None` when no
-/// entry says.
-pub fn models_max_len(json: &[u8]) -> Option<u64> {
+/// What an engine serves, from its `/v1/models` answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ServedModels {
+    /// The base model's name (the first entry without a `parent`).
+    pub base: Option<String>,
+    /// Its LoRA adapters (the entries with a `parent`), sorted.
+    pub adapters: Vec<String>,
+    /// The longest sequence it takes (vLLM's and SGLang's entries carry `max_model_len`):
+    /// the smallest among its entries, `None` when none says.
+    pub max_model_len: Option<u64>,
+}
+
+/// Reads a `/v1/models` answer; `None` when it is not an OpenAI model list.
+pub fn read_models(json: &[u8]) -> Option<ServedModels> {
     let list: ModelList = serde_json::from_slice(json).ok()?;
-    list.data
+    let usable = |id: &String| !id.is_empty() && id.len() <= router_core::worker::MAX_MODEL_NAME;
+    let base = list
+        .data
+        .iter()
+        .find(|m| m.parent.is_none() && usable(&m.id))
+        .map(|m| m.id.clone());
+    let mut adapters: Vec<String> = list
+        .data
+        .iter()
+        .filter(|m| m.parent.is_some() && usable(&m.id))
+        .map(|m| m.id.clone())
+        .take(router_core::worker::MAX_LORAS)
+        .collect();
+    adapters.sort();
+    adapters.dedup();
+    let max_model_len = list
+        .data
         .iter()
         .filter_map(|m| m.max_model_len)
         .filter(|&n| n > 0)
-        .min()
+        .min();
+    Some(ServedModels {
+        base,
+        adapters,
+        max_model_len,
+    })
 }
 
 #[cfg(test)]
@@ -217,16 +270,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_context_length_from_the_model_list() {
+    fn the_model_its_adapters_and_context_length_from_the_model_list() {
         let vllm = br#"{"object":"list","data":[{"id":"m","object":"model","max_model_len":2048,
-                        "root":"/models/m"},{"id":"lora-a","parent":"m","max_model_len":2048}]}"#;
-        assert_eq!(models_max_len(vllm), Some(2048));
-        assert_eq!(models_max_len(br#"{"data":[{"id":"m"}]}"#), None);
+                        "root":"/models/m","parent":null},{"id":"sql","parent":"m",
+                        "max_model_len":2048},{"id":"chat","parent":"m"}]}"#;
         assert_eq!(
-            models_max_len(br#"{"data":[{"id":"m","max_model_len":0}]}"#),
-            None
+            read_models(vllm),
+            Some(ServedModels {
+                base: Some("m".to_owned()),
+                adapters: vec!["chat".to_owned(), "sql".to_owned()],
+                max_model_len: Some(2048),
+            })
         );
-        assert_eq!(models_max_len(b"<html>"), None);
+        let max_len = |json: &[u8]| read_models(json).and_then(|m| m.max_model_len);
+        assert_eq!(max_len(br#"{"data":[{"id":"m"}]}"#), None);
+        assert_eq!(max_len(br#"{"data":[{"id":"m","max_model_len":0}]}"#), None);
+        assert_eq!(read_models(b"<html>"), None);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! counts as not answering. An answer is read up to [`MAX_ANSWER_BYTES`]; a longer one is an
 //! error, not an allocation as large as the engine (or whatever answers at its address) likes.
 
-use crate::load::{Capacity, EngineKind, EngineReport, read_metrics, sglang_capacity};
+use crate::load::{
+    Capacity, EngineKind, EngineReport, ServedModels, read_metrics, sglang_capacity,
+};
 use std::time::Duration;
 
 /// The longest answer a probe reads (a vLLM `/metrics` with many adapters is a few hundred
@@ -106,11 +108,11 @@ impl Probe {
         Ok(read_metrics(self.kind, &String::from_utf8_lossy(&body)))
     }
 
-    /// The longest sequence the engine takes (`max_model_len` of its `/v1/models`), when it
-    /// says; `None` when it does not or the list cannot be read.
-    pub async fn max_model_len(&self) -> Option<u64> {
+    /// What the engine serves (`/v1/models`: its model, adapters and context length);
+    /// `None` when the list cannot be read.
+    pub async fn models(&self) -> Option<ServedModels> {
         let body = self.get("/v1/models").await.ok()?;
-        crate::load::models_max_len(&body)
+        crate::load::read_models(&body)
     }
 
     /// The engine's KV block size and blocks per rank, with the scrape that gave them (vLLM)

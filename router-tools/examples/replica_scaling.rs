@@ -389,7 +389,7 @@ async fn run(args: &Args, replicas: usize, load: &[Request]) -> Result<Outcome, 
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(started + at).await;
             let id = RequestId::from_u128(i as u128 + 1);
-            let prompt = router.prompt(&tokens, None);
+            let prompt = router.prompt(&tokens, router_core::HashScope::NONE);
             let Prompt::Hashes { block_hashes, .. } = &prompt else {
                 return;
             };

@@ -22,9 +22,31 @@ pub struct Directory {
     /// The smallest `max_model_len` among the live workers that announced one (of every
     /// pool): the longest sequence every engine takes.
     pub max_model_len: Option<u64>,
+    /// The models and LoRA adapters the live workers announced, sorted by name.
+    pub models: Vec<ServedModel>,
+}
+
+/// A model or LoRA adapter the fleet serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServedModel {
+    pub id: String,
+    /// An adapter's base model (`None`: a base model, or an adapter of a worker that did
+    /// not name its model).
+    pub parent: Option<String>,
+    /// Whether it is a LoRA adapter.
+    pub adapter: bool,
+    /// Live workers that serve it.
+    pub workers: usize,
 }
 
 impl Directory {
+    /// Whether `name` is a LoRA adapter some live worker serves.
+    pub fn is_adapter(&self, name: &str) -> bool {
+        self.models
+            .binary_search_by(|m| m.id.as_str().cmp(name))
+            .is_ok_and(|i| self.models[i].adapter)
+    }
+
     pub fn workers(&self, pool: PoolRole) -> &[(WorkerId, String)] {
         self.pools
             .iter()

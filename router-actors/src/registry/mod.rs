@@ -37,7 +37,7 @@ mod handle;
 mod state;
 
 pub use allow::{AllowListError, EndpointAllowList, EndpointRefused};
-pub use handle::{Directory, RegistryHandle, RegistryShared, registry_child};
+pub use handle::{Directory, RegistryHandle, RegistryShared, ServedModel, registry_child};
 pub use state::RegistryState;
 
 use crate::bus::Bus;

@@ -4,7 +4,7 @@
 
 use super::{
     Directory, RankLoadView, RegistryConfig, RegistryCounters, RegistryMsg, RegistryShared,
-    RegistrySnapshot, WorkerView,
+    RegistrySnapshot, ServedModel, WorkerView,
 };
 use crate::edge::Inbox;
 use crate::router::RouterHandle;
@@ -188,7 +188,11 @@ impl RegistryState {
                         self.counters.updated += 1;
                     }
                 }
-                if entry.endpoint != body.endpoint {
+                if entry.endpoint != body.endpoint
+                    || entry.spec.model != body.spec.model
+                    || entry.spec.loras != body.spec.loras
+                    || entry.spec.max_model_len != body.spec.max_model_len
+                {
                     self.directory_dirty = true;
                 }
                 self.deadlines.remove(&(entry.expires, key));
@@ -364,9 +368,28 @@ impl RegistryState {
             .values()
             .filter_map(|e| e.spec.max_model_len)
             .min();
+        let mut models: BTreeMap<&str, ServedModel> = BTreeMap::new();
+        for entry in self.workers.values() {
+            let spec = &entry.spec;
+            let base = spec.model.iter().map(|m| (m, None));
+            let adapters = spec.loras.iter().map(|l| (l, spec.model.clone()));
+            for (id, parent) in base.chain(adapters) {
+                let adapter = parent.is_some() || spec.model.as_ref() != Some(id);
+                models
+                    .entry(id.as_str())
+                    .or_insert_with(|| ServedModel {
+                        id: id.clone(),
+                        parent,
+                        adapter,
+                        workers: 0,
+                    })
+                    .workers += 1;
+            }
+        }
         Directory {
             pools,
             max_model_len,
+            models: models.into_values().collect(),
         }
     }
 

@@ -99,8 +99,8 @@ impl RouterHandle {
 
     /// `tokens` as this pool's router looks them up: hashed once, here, by the caller, so
     /// the router actor (one per pool) does not hash and no leg or retry clones the tokens.
-    pub fn prompt(&self, tokens: &[u32], namespace: Option<&str>) -> Prompt {
-        Prompt::hashed(tokens, self.block_size, namespace)
+    pub fn prompt(&self, tokens: &[u32], scope: router_core::HashScope<'_>) -> Prompt {
+        Prompt::hashed(tokens, self.block_size, scope)
     }
 
     /// The same handle, waiting at most `timeout` for the answer to a call (not `route`,

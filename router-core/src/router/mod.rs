@@ -246,18 +246,17 @@ impl PoolRouter {
         room: Option<&dyn DecodeRoomView>,
     ) -> Outcome {
         debug_assert!(arrival <= now, "a request cannot arrive after it is routed");
-        let namespace = request.namespace();
-        let (hashes, prompt_tokens) = match request.prompt {
+        let (hashes, prompt_tokens) = match &request.prompt {
             Prompt::Tokens(tokens) => (
-                token_sequence_hashes(&tokens, self.block_size as usize, namespace.as_deref()),
+                token_sequence_hashes(tokens, self.block_size as usize, request.scope()),
                 tokens.len() as u64,
             ),
             Prompt::Hashes {
                 block_hashes,
                 prompt_tokens,
             } => (
-                block_hashes.into_iter().map(SequenceHash).collect(),
-                prompt_tokens,
+                block_hashes.iter().copied().map(SequenceHash).collect(),
+                *prompt_tokens,
             ),
         };
         let overlap = self.overlap(&hashes, now);

@@ -4,6 +4,7 @@
 
 use crate::admission::Phase;
 use crate::eligibility::Eligibility;
+use crate::hashing::HashScope;
 use crate::ids::{ClassId, RankId, RequestId};
 use serde::{Deserialize, Serialize};
 
@@ -38,12 +39,11 @@ pub struct RouteRequest {
 }
 
 impl Prompt {
-    /// `tokens` hashed once, as a router of `block_size` would (namespaced by the request's
-    /// adapter and salt, [`crate::hashing::hash_namespace`]): what a frontend sends, so the
-    /// router's single actor does no hashing and no leg carries the tokens.
-    pub fn hashed(tokens: &[u32], block_size: u32, namespace: Option<&str>) -> Self {
-        let hashes =
-            crate::hashing::token_sequence_hashes(tokens, block_size.max(1) as usize, namespace);
+    /// `tokens` hashed once, as a router of `block_size` would (under the request's adapter
+    /// and salt, [`HashScope`]): what a frontend sends, so the router's single actor does no
+    /// hashing and no leg carries the tokens.
+    pub fn hashed(tokens: &[u32], block_size: u32, scope: HashScope<'_>) -> Self {
+        let hashes = scope.sequence_hashes(tokens, block_size.max(1) as usize);
         Self::Hashes {
             block_hashes: hashes.into_iter().map(|h| h.0).collect(),
             prompt_tokens: tokens.len() as u64,
@@ -75,8 +75,8 @@ impl RouteRequest {
         }
     }
 
-    /// The hashing namespace: adapter and salt, so neither shares prefixes with the other.
-    pub(crate) fn namespace(&self) -> Option<String> {
-        crate::hashing::hash_namespace(self.lora.as_deref(), self.cache_salt.as_deref())
+    /// What the prompt's hashes depend on besides its tokens: the adapter and the salt.
+    pub fn scope(&self) -> HashScope<'_> {
+        HashScope::new(self.lora.as_deref(), self.cache_salt.as_deref())
     }
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::admission::{Phase, PoolRole, PrefixHit, RejectReason};
-use crate::hashing::{local_block_hashes, token_sequence_hashes};
+use crate::hashing::{HashScope, local_block_hashes, token_sequence_hashes};
 use crate::ids::{ClassId, RankId, RouterId};
 use crate::index::{ExternalHash, KvEventData, StoredBlock};
 use std::time::Duration;
@@ -96,7 +96,7 @@ fn a_prompt_hashed_by_the_frontend_routes_as_its_tokens_would() {
         );
     }
     let a = route(&mut by_tokens, 1, prompt.clone(), None);
-    let hashed = Prompt::hashed(&prompt, BS, None);
+    let hashed = Prompt::hashed(&prompt, BS, HashScope::NONE);
     assert_eq!(hashed.tokens(), 200);
     let request = RouteRequest::new(
         RequestId::from_u128(1),
@@ -248,7 +248,7 @@ fn workers_without_events_are_learnt_from_placements_beside_the_event_index() {
     }
     if placed[0] != Some(RankId::new(4, 0)) {
         let rank = placed[0].expect("admitted");
-        let hashes = token_sequence_hashes(&c, BS as usize, None);
+        let hashes = token_sequence_hashes(&c, BS as usize, HashScope::NONE);
         assert_eq!(
             r.overlap(&hashes, Timestamp(0)).get(rank),
             0,
@@ -258,7 +258,7 @@ fn workers_without_events_are_learnt_from_placements_beside_the_event_index() {
     // The worker starts publishing events: what was learnt about it is dropped.
     spec.kv_events = true;
     r.upsert_worker(spec).expect("valid worker");
-    let hashes = token_sequence_hashes(&b, BS as usize, None);
+    let hashes = token_sequence_hashes(&b, BS as usize, HashScope::NONE);
     assert_eq!(r.overlap(&hashes, Timestamp(0)).get(RankId::new(4, 0)), 0);
 }
 

@@ -150,6 +150,100 @@ impl<'de> Deserialize<'de> for NameDe {
     }
 }
 
+/// The bare strings among one block's extra keys (`None`, or a tuple of the adapter's name,
+/// `(mm_id, offset)` pairs, the cache salt, prompt-embeds digests); anything else is none.
+struct BlockKeysDe(Vec<String>);
+
+impl<'de> Deserialize<'de> for BlockKeysDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = BlockKeysDe;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a block's extra keys")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<BlockKeysDe, A::Error> {
+                let mut strings = Vec::new();
+                while let Some(NameDe(name)) = seq.next_element()? {
+                    strings.extend(name);
+                }
+                Ok(BlockKeysDe(strings))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BlockKeysDe, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<BlockKeysDe, E> {
+                Ok(BlockKeysDe(Vec::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An event's `extra_keys` (one entry per block, or none): the first block's bare strings,
+/// where a cache salt is (engines salt only a sequence's first block).
+struct FirstBlockKeysDe(Vec<String>);
+
+impl<'de> Deserialize<'de> for FirstBlockKeysDe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FirstBlockKeysDe;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("the blocks' extra keys")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<FirstBlockKeysDe, A::Error> {
+                let first = seq.next_element::<BlockKeysDe>()?.map(|k| k.0);
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstBlockKeysDe(first.unwrap_or_default()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<FirstBlockKeysDe, E> {
+                Ok(FirstBlockKeysDe(Vec::new()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<FirstBlockKeysDe, E> {
+                Ok(FirstBlockKeysDe(Vec::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The cache salt among a first block's extra-key strings: the adapter's name comes first
+/// when there is one, then the salt (multimodal ids are pairs, prompt-embeds digests bytes).
+fn salt_of(mut strings: Vec<String>, lora_name: Option<&str>) -> Option<String> {
+    if let Some(lora) = lora_name
+        && let Some(at) = strings.iter().position(|s| s == lora)
+    {
+        strings.remove(at);
+    }
+    strings.into_iter().next()
+}
+
 /// The event tag.
 enum Tag {
     Stored,
@@ -190,6 +284,7 @@ enum Key {
     TokenIds,
     BlockSize,
     LoraName,
+    ExtraKeys,
     GroupIdx,
     Other,
 }
@@ -210,6 +305,7 @@ impl<'de> Deserialize<'de> for Key {
                     "token_ids" => Key::TokenIds,
                     "block_size" => Key::BlockSize,
                     "lora_name" => Key::LoraName,
+                    "extra_keys" => Key::ExtraKeys,
                     "group_idx" => Key::GroupIdx,
                     _ => Key::Other,
                 })
@@ -230,6 +326,7 @@ struct Fields {
     token_ids: Vec<u32>,
     block_size: u32,
     lora_name: Option<String>,
+    first_block_keys: Vec<String>,
     group: Option<u32>,
 }
 
@@ -237,6 +334,7 @@ impl Fields {
     fn into_event(self, tag: Tag) -> EngineEvent {
         match tag {
             Tag::Stored => EngineEvent::Stored {
+                salt: salt_of(self.first_block_keys, self.lora_name.as_deref()),
                 hashes: hashes(self.hashes),
                 parent: self.parent.map(|h| h.0),
                 token_ids: self.token_ids,
@@ -282,6 +380,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 Key::TokenIds => f.token_ids = map.next_value()?,
                 Key::BlockSize => f.block_size = map.next_value()?,
                 Key::LoraName => f.lora_name = map.next_value()?,
+                Key::ExtraKeys => f.first_block_keys = map.next_value::<FirstBlockKeysDe>()?.0,
                 Key::GroupIdx => f.group = map.next_value()?,
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -310,7 +409,10 @@ impl<'de> Visitor<'de> for EventVisitor {
                 // vLLM: lora_name, extra_keys, group_idx. SGLang puts a metadata map here
                 // instead (read as no name), and nothing after it.
                 f.lora_name = seq.next_element::<NameDe>()?.and_then(|n| n.0);
-                let _extra_keys = seq.next_element::<IgnoredAny>()?;
+                f.first_block_keys = seq
+                    .next_element::<FirstBlockKeysDe>()?
+                    .map(|k| k.0)
+                    .unwrap_or_default();
                 f.group = seq.next_element::<Option<u32>>()?.flatten();
             }
             // block_hashes, medium, group_idx, ...

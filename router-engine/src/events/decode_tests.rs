@@ -63,6 +63,7 @@ fn tagged_arrays_with_digest_hashes() {
                 token_ids: tokens(8),
                 block_size: 4,
                 lora_name: None,
+                salt: None,
                 group: None,
             },
             EngineEvent::Removed {
@@ -111,6 +112,7 @@ fn sglang_arrays_with_a_metadata_map_and_no_rank() {
                 token_ids: vec![42],
                 block_size: 1,
                 lora_name: None,
+                salt: None,
                 group: None,
             },
             EngineEvent::Removed {
@@ -128,8 +130,12 @@ fn tagged_maps_with_extra_keys_and_no_rank() {
     mp::write_f64(&mut b, 1.7e9).expect("encode");
     mp::write_array_len(&mut b, 1).expect("encode");
     mp::write_map_len(&mut b, 6).expect("encode");
+    // vLLM's per-block extra keys: the adapter's name, then the cache salt on the first block.
     mp::write_str(&mut b, "extra_keys").expect("encode");
-    mp::write_array_len(&mut b, 1).expect("encode");
+    mp::write_array_len(&mut b, 2).expect("encode");
+    mp::write_array_len(&mut b, 2).expect("encode");
+    mp::write_str(&mut b, "sql-adapter").expect("encode");
+    mp::write_str(&mut b, "tenant-a").expect("encode");
     mp::write_nil(&mut b).expect("encode");
     mp::write_str(&mut b, "type").expect("encode");
     mp::write_str(&mut b, "BlockStored").expect("encode");
@@ -154,6 +160,7 @@ fn tagged_maps_with_extra_keys_and_no_rank() {
             token_ids: vec![10, 11],
             block_size: 2,
             lora_name: Some("sql-adapter".to_owned()),
+            salt: Some("tenant-a".to_owned()),
             group: None,
         }]
     );

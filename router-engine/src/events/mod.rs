@@ -41,6 +41,9 @@ pub enum EngineEvent {
         token_ids: Vec<u32>,
         block_size: u32,
         lora_name: Option<String>,
+        /// The cache salt the first block was stored under (vLLM's `cache_salt`, among its
+        /// extra keys); engines salt only a sequence's first block.
+        salt: Option<String>,
         /// The KV cache group (hybrid models have several; plain models one, `None` or 0).
         group: Option<u32>,
     },

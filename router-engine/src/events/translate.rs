@@ -13,7 +13,7 @@
 //! cache group than the first; unknown event types.
 
 use super::{EngineBatch, EngineEvent};
-use router_core::hashing::{hash_namespace, local_block_hashes};
+use router_core::HashScope;
 use router_core::{KvEvent, KvEventData, StoredBlock, WorkerId};
 use serde::Serialize;
 
@@ -108,6 +108,7 @@ impl Translator {
                     token_ids,
                     block_size,
                     lora_name,
+                    salt,
                     group,
                 } => {
                     if group.unwrap_or(0) != 0 {
@@ -123,8 +124,9 @@ impl Translator {
                         out.skipped.token_count += 1;
                         continue;
                     }
-                    let namespace = hash_namespace(lora_name.as_deref(), None);
-                    let locals = local_block_hashes(&token_ids, size, namespace.as_deref());
+                    // The salt only where the sequence starts, as the engine hashed it.
+                    let scope = HashScope::new(lora_name.as_deref(), salt.as_deref());
+                    let locals = scope.local_hashes(&token_ids, size, parent.is_none());
                     out.blocks += hashes.len() as u64;
                     KvEventData::Stored {
                         parent,
@@ -180,6 +182,7 @@ mod tests {
             token_ids: (0..tokens as u32).collect(),
             block_size,
             lora_name: lora.map(str::to_owned),
+            salt: None,
             group: None,
         }
     }
@@ -230,14 +233,49 @@ mod tests {
         let KvEventData::Stored { blocks, .. } = &out.events[0].data else {
             panic!("stored");
         };
-        let ns = hash_namespace(Some("sql"), None);
         assert_eq!(
             blocks[0].local,
-            local_block_hashes(&[0, 1, 2, 3], 4, ns.as_deref())[0]
+            local_block_hashes(&[0, 1, 2, 3], 4, Some("sql"))[0]
         );
         assert_ne!(
             blocks[0].local,
             local_block_hashes(&[0, 1, 2, 3], 4, None)[0]
+        );
+    }
+
+    #[test]
+    fn a_salted_sequence_hashes_as_the_salted_request_does() {
+        let tokens: Vec<u32> = (0..8).collect();
+        let scope = router_core::HashScope::new(None, Some("tenant-a"));
+        let request = scope.sequence_hashes(&tokens, 4);
+        let mut t = Translator::new(WorkerId(3), 4);
+        // The first block with the salt among its extra keys, then a continuation the engine
+        // stores without it, under its parent.
+        let block =
+            |parent: Option<ExternalHash>, salt: Option<&str>, from: usize| EngineEvent::Stored {
+                hashes: vec![ExternalHash(from as u64)],
+                parent,
+                token_ids: tokens[from..from + 4].to_vec(),
+                block_size: 4,
+                lora_name: None,
+                salt: salt.map(str::to_owned),
+                group: None,
+            };
+        let first = block(None, Some("tenant-a"), 0);
+        let rest = block(Some(ExternalHash(0)), None, 4);
+        let out = t.translate(batch(vec![first, rest]));
+        let locals: Vec<_> = out
+            .events
+            .iter()
+            .flat_map(|e| match &e.data {
+                KvEventData::Stored { blocks, .. } => blocks.iter().map(|b| b.local).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(router_core::hashing::sequence_hashes(&locals), request);
+        assert_ne!(
+            request,
+            router_core::HashScope::NONE.sequence_hashes(&tokens, 4)
         );
     }
 

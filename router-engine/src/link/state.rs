@@ -5,7 +5,7 @@
 use super::observe::{EngineLinkSnapshot, LinkCounters, LinkPhase};
 use super::{EngineLinkArgs, EngineLinkConfig, LinkMsg};
 use crate::events::{SeqCheck, SeqStep, Skipped, Translator, decode_batch};
-use crate::load::{Capacity, EngineReport};
+use crate::load::{Capacity, EngineReport, ServedModels};
 use crate::probe::Probe;
 use crate::zmq::{replay, spawn_subscriber};
 use bytes::Bytes;
@@ -24,10 +24,11 @@ const SLOW_MISSES: u32 = 5;
 /// What one probe of the engine found.
 #[derive(Debug)]
 pub enum Probed {
-    /// The engine answers; its capacity and context length (asked while not joined).
-    Capacity(Capacity, EngineReport, Option<u64>),
-    /// The engine answers; its load (asked while joined).
-    Load(EngineReport),
+    /// The engine answers; its capacity and what it serves (asked while not joined).
+    Capacity(Capacity, EngineReport, Option<ServedModels>),
+    /// The engine answers; its load and what it serves now (asked while joined: adapters
+    /// load and unload at run time).
+    Load(EngineReport, Option<ServedModels>),
     /// It answered `/health` but its load could not be read (counted, not a miss).
     NoLoad(String),
     /// No answer in time (`slow`), or a refused connection, an error status, an unreadable
@@ -38,6 +39,8 @@ pub enum Probed {
 /// An engine the link has announced.
 struct Joined {
     link: WorkerLink,
+    /// What was announced (sent again, changed, when the engine's models change).
+    announce: WorkerAnnounce,
     capacity: Capacity,
     ranks: u32,
     translator: Translator,
@@ -58,6 +61,8 @@ pub struct LinkState {
     /// A probe is out (its outcome has not come back yet).
     probing: bool,
     report: EngineReport,
+    /// What the engine said it serves, last time it said.
+    served: Option<ServedModels>,
     counters: LinkCounters,
     skipped: Skipped,
     last_error: Option<String>,
@@ -89,6 +94,7 @@ impl LinkState {
             refused: None,
             probing: false,
             report: EngineReport::default(),
+            served: None,
             counters: LinkCounters::default(),
             skipped: Skipped::default(),
             last_error: None,
@@ -126,14 +132,14 @@ impl LinkState {
                 }
             } else if joined {
                 match probe.report().await {
-                    Ok(report) => Probed::Load(report),
+                    Ok(report) => Probed::Load(report, probe.models().await),
                     // It answers its health check: slow metrics are no reason to leave.
                     Err(e) => Probed::NoLoad(e.to_string()),
                 }
             } else {
                 match probe.capacity().await {
                     Ok((capacity, report)) => {
-                        Probed::Capacity(capacity, report, probe.max_model_len().await)
+                        Probed::Capacity(capacity, report, probe.models().await)
                     }
                     Err(e) => Probed::NoAnswer {
                         slow: false,
@@ -150,10 +156,13 @@ impl LinkState {
     pub(super) async fn probed(&mut self, outcome: Probed, myself: &ActorRef<LinkMsg>) {
         self.probing = false;
         match outcome {
-            Probed::Capacity(capacity, report, max_model_len) if self.joined.is_none() => {
-                self.join(capacity, report, max_model_len, myself).await;
+            Probed::Capacity(capacity, report, served) if self.joined.is_none() => {
+                self.join(capacity, report, served, myself).await;
             }
-            Probed::Load(report) if self.joined.is_some() => self.relay_load(report).await,
+            Probed::Load(report, served) if self.joined.is_some() => {
+                self.follow_models(served);
+                self.relay_load(report).await;
+            }
             Probed::NoLoad(error) => {
                 self.counters.probe_failures += 1;
                 self.error(error);
@@ -178,7 +187,7 @@ impl LinkState {
                 }
             }
             // The link joined or left while the probe was out: the next poll asks again.
-            Probed::Capacity(..) | Probed::Load(_) => {}
+            Probed::Capacity(..) | Probed::Load(..) => {}
         }
     }
 
@@ -186,7 +195,7 @@ impl LinkState {
         &mut self,
         capacity: Capacity,
         report: EngineReport,
-        max_model_len: Option<u64>,
+        served: Option<ServedModels>,
         myself: &ActorRef<LinkMsg>,
     ) {
         if let Some(expected) = self.config.expected_block_size
@@ -209,18 +218,20 @@ impl LinkState {
         }
         self.refused = None;
         let ranks = u32::try_from(report.ranks.len()).unwrap_or(1).max(1);
-        let spec = WorkerSpec {
+        let mut spec = WorkerSpec {
             id: self.config.worker,
             dp_start: 0,
             dp_size: ranks,
             total_kv_blocks: Some(capacity.blocks),
             max_num_batched_tokens: self.config.max_num_batched_tokens,
             block_size: capacity.block_size,
-            loras: self.config.loras.clone(),
+            model: None,
+            loras: Vec::new(),
             // Without an event publisher the routers learn this engine from placements.
             kv_events: self.config.kv_events.is_some(),
-            max_model_len,
+            max_model_len: None,
         };
+        self.served_into(&mut spec, served.as_ref());
         let announce = WorkerAnnounce {
             spec,
             pool: self.config.pool,
@@ -232,7 +243,7 @@ impl LinkState {
         let link = match WorkerLink::start(
             self.bus.clone(),
             &self.subjects,
-            announce,
+            announce.clone(),
             self.config.poll_every,
         )
         .await
@@ -263,7 +274,9 @@ impl LinkState {
         );
         self.counters.joins += 1;
         self.report = report;
+        self.served = served;
         self.joined = Some(Joined {
+            announce,
             link,
             capacity,
             ranks,
@@ -272,6 +285,46 @@ impl LinkState {
             subscriber,
             missed: 0,
         });
+    }
+
+    /// What the engine serves into its announcement: the engine's model and context length,
+    /// its adapters with the configured ones.
+    fn served_into(&self, spec: &mut WorkerSpec, served: Option<&ServedModels>) {
+        spec.model = served.and_then(|s| s.base.clone());
+        spec.max_model_len = served.and_then(|s| s.max_model_len);
+        let mut loras = self.config.loras.clone();
+        loras.extend(served.iter().flat_map(|s| s.adapters.iter().cloned()));
+        loras.sort();
+        loras.dedup();
+        loras.truncate(router_core::worker::MAX_LORAS);
+        spec.loras = loras;
+    }
+
+    /// Announces the engine again when what it serves changed (an adapter loaded or
+    /// unloaded): routers then send an adapter's requests only where it is. A list that
+    /// could not be read changes nothing.
+    fn follow_models(&mut self, served: Option<ServedModels>) {
+        let Some(served) = served else {
+            return;
+        };
+        if self.served.as_ref() == Some(&served) {
+            return;
+        }
+        let Some(mut announce) = self.joined.as_ref().map(|j| j.announce.clone()) else {
+            return;
+        };
+        self.served_into(&mut announce.spec, Some(&served));
+        tracing::info!(
+            engine = %self.config.url,
+            model = served.base.as_deref().unwrap_or(""),
+            adapters = ?served.adapters,
+            "the engine's models changed: announced again"
+        );
+        self.served = Some(served);
+        if let Some(joined) = self.joined.as_mut() {
+            joined.link.update(announce.clone());
+            joined.announce = announce;
+        }
     }
 
     async fn relay_load(&mut self, report: EngineReport) {

@@ -91,7 +91,11 @@ fn translated_events_index_the_engines_blocks_under_the_routers_hashes() {
     second.extend(stored_tokens(1));
     let depth = |index: &SharedKvIndex, tokens: &[u32]| {
         index
-            .find_matches(&token_sequence_hashes(tokens, 32, None))
+            .find_matches(&token_sequence_hashes(
+                tokens,
+                32,
+                router_core::HashScope::NONE,
+            ))
             .get(rank)
     };
     for (i, batch) in batches.iter().enumerate() {
@@ -143,4 +147,6 @@ fn metrics_give_capacity_block_size_and_load() {
     let rank0 = report.ranks.get(&0).expect("engine 0's load");
     assert_eq!((rank0.running, rank0.waiting), (0, 0));
     assert!(rank0.kv_usage >= 0.0 && rank0.kv_usage <= 1.0);
+    // `vllm:prompt_tokens_total` (and not the `_by_source` or `_cached` counters).
+    assert_eq!(report.prompt_tokens, Some(2830));
 }

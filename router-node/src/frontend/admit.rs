@@ -20,7 +20,7 @@ pub(super) struct Class {
 }
 
 /// The route call of one request (or one leg) under `class`: its prompt (hashed once, in
-/// `handlers::prepare`) and its expected output (`ParsedRequest::expected_output`: every
+/// `handlers::prepare`), its adapter and its expected output (`ParsedRequest::expected_output`: every
 /// sequence it asks for).
 pub(super) fn route_request(
     state: &AppState,
@@ -32,6 +32,8 @@ pub(super) fn route_request(
 ) -> RouteRequest {
     let mut route = RouteRequest::new(id, class.id, phase, prompt);
     route.expected_output_tokens = request.expected_output(&state.limits);
+    // Only workers that serve the adapter (the salt is already in the prompt's hashes).
+    route.lora = request.lora.clone();
     route
 }
 

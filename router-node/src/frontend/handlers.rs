@@ -212,6 +212,7 @@ async fn prepare(
     let mut request: ParsedRequest = state.prompter.parse(endpoint, &bytes)?.into();
     drop(bytes);
     request.take_engine_fields()?;
+    request.read_scope(state.directory.as_ref())?;
     limits.check_max_tokens(request.max_tokens)?;
     let tokenizer = state.prompter.tokenizer();
     // The configured limit, else the shortest context the fleet's engines announce.
@@ -262,8 +263,9 @@ async fn prepare(
     request.set_engine_priority(state.profile.class(class.id).engine_priority);
     let output = request.expected_output(&state.limits);
     auth::limit_tokens(key, tokens.len() as u64, output)?;
-    // Hashed once, here: the pool's router actor does no hashing, and no leg clones tokens.
-    let prompt = state.router.prompt(&tokens, None);
+    // Hashed once, here, under the request's adapter and salt as the engine hashes them: the
+    // pool's router actor does no hashing, and no leg clones tokens.
+    let prompt = state.router.prompt(&tokens, request.hash_scope());
     if forward_ids {
         request.set_prompt_ids(tokens);
     }
@@ -381,10 +383,25 @@ pub(super) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMa
             return error.into_response();
         }
     }
-    let data: Vec<_> = state
+    // What the workers announce (adapters with their base model as `parent`, as vLLM lists
+    // them), then the configured names no worker announced.
+    let served = state.directory.served_models();
+    let configured = state
         .models
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .filter(|id| !served.iter().any(|m| &m.id == *id))
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}));
+    let data: Vec<_> = served
+        .iter()
+        .map(|m| {
+            let mut entry =
+                json!({"id": m.id, "object": "model", "created": 0, "owned_by": "switchyard"});
+            if let Some(parent) = &m.parent {
+                entry["parent"] = json!(parent);
+            }
+            entry
+        })
+        .chain(configured)
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }

@@ -69,6 +69,7 @@ pub use upstream::{UpstreamClient, UpstreamError};
 use crate::auth::KeyStore;
 use axum::Router;
 use axum::routing::{get, post};
+use router_actors::registry::ServedModel;
 use router_actors::{Liveness, RouterHandle};
 use router_core::{PolicyProfile, WorkerId};
 use router_tokenizer::{Prompter, TokenizeGate};
@@ -94,6 +95,19 @@ pub trait WorkerDirectory: Send + Sync {
     /// announced), when any announced one: the prompt limit without `http.max_prompt_tokens`.
     fn max_model_len(&self) -> Option<u64> {
         None
+    }
+
+    /// The models and LoRA adapters the live workers serve, sorted by name (`/v1/models`;
+    /// a request whose `model` is an adapter goes only where it is loaded).
+    fn served_models(&self) -> Vec<ServedModel> {
+        Vec::new()
+    }
+
+    /// Whether `model` is a LoRA adapter some live worker serves.
+    fn is_adapter(&self, model: &str) -> bool {
+        self.served_models()
+            .iter()
+            .any(|m| m.adapter && m.id == model)
     }
 }
 
@@ -132,7 +146,8 @@ pub struct AppState {
     pub profile: Arc<PolicyProfile>,
     /// Classifier decisions per rule, shown by `/debug/state`.
     pub classified: Arc<ClassifierCounts>,
-    /// Model names served by `GET /v1/models`.
+    /// Model names `GET /v1/models` lists besides what the workers announce
+    /// (`http.models`).
     pub models: Arc<[String]>,
     /// `GET /ready` answers 200 while this says `true`.
     pub ready: watch::Receiver<bool>,

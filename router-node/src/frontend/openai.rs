@@ -31,6 +31,11 @@ pub struct ParsedRequest {
     /// When the request must be finished (set by the handler; `None`: no deadline). A
     /// stream still running then is ended with an error event (`proxy.rs`).
     pub deadline: Option<Deadline>,
+    /// The LoRA adapter `model` names, when some worker serves it as one: only workers that
+    /// serve it are eligible, and its blocks hash in the adapter's scope.
+    pub lora: Option<String>,
+    /// The client's `cache_salt` (kept in the body: the engine salts its cache with it).
+    pub cache_salt: Option<String>,
 }
 
 impl From<RequestBody> for ParsedRequest {
@@ -46,6 +51,8 @@ impl From<RequestBody> for ParsedRequest {
             body: request.body,
             prompt_ids: None,
             deadline: None,
+            lora: None,
+            cache_salt: None,
         }
     }
 }
@@ -78,6 +85,9 @@ pub const REFUSED_FIELDS: [&str; 4] = [
     "bootstrap_room",
 ];
 
+/// The longest `cache_salt` accepted, in bytes.
+pub const MAX_CACHE_SALT: usize = 1024;
+
 /// Engine-control fields dropped from a client's body: the engines' request ids (a client's
 /// could collide with another request's) and `priority` (the engine's own queue order, which
 /// would jump the router's classes; the router sets it from the class's `engine_priority`).
@@ -105,6 +115,31 @@ impl ParsedRequest {
             self.body.remove(field);
         }
         Ok(())
+    }
+
+    /// Reads what the prompt's hashes depend on besides its tokens: the adapter `model`
+    /// names when the fleet serves it as one, and `cache_salt` (a string, else a 400).
+    pub fn read_scope(&mut self, directory: &dyn super::WorkerDirectory) -> Result<(), ApiError> {
+        self.cache_salt = match self.body.get("cache_salt") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(salt)) if salt.len() <= MAX_CACHE_SALT => Some(salt.clone()),
+            Some(Value::String(_)) => {
+                return Err(ApiError::bad_field(
+                    "cache_salt",
+                    format!("must be at most {MAX_CACHE_SALT} bytes"),
+                ));
+            }
+            Some(_) => return Err(ApiError::bad_field("cache_salt", "must be a string")),
+        };
+        self.lora = directory
+            .is_adapter(&self.model)
+            .then(|| self.model.clone());
+        Ok(())
+    }
+
+    /// The scope the prompt's blocks hash in (its adapter and salt).
+    pub fn hash_scope(&self) -> router_core::HashScope<'_> {
+        router_core::HashScope::new(self.lora.as_deref(), self.cache_salt.as_deref())
     }
 
     /// The output tokens the engine may generate for this request as the router books and

@@ -43,6 +43,14 @@ impl WorkerDirectory for RegistryDirectory {
     fn max_model_len(&self) -> Option<u64> {
         self.0.directory().max_model_len
     }
+
+    fn served_models(&self) -> Vec<router_actors::registry::ServedModel> {
+        self.0.directory().models.clone()
+    }
+
+    fn is_adapter(&self, model: &str) -> bool {
+        self.0.directory().is_adapter(model)
+    }
 }
 
 /// The bus `config` asks for: a NATS connection, or a fresh in-process bus.

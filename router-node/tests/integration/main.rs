@@ -11,6 +11,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod adapters;
 mod admin_listener;
 mod api_keys;
 mod classifiers;

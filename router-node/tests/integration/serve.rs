@@ -16,16 +16,16 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-struct Served {
-    url: String,
-    admin: String,
-    bus: Arc<dyn Bus>,
+pub(crate) struct Served {
+    pub(crate) url: String,
+    pub(crate) admin: String,
+    pub(crate) bus: Arc<dyn Bus>,
     stop: Option<oneshot::Sender<()>>,
     done: JoinHandle<Result<(), ServeError>>,
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
 }
 
-fn test_config(drain_ms: u64) -> Config {
+pub(crate) fn test_config(drain_ms: u64) -> Config {
     let mut config = Config::default();
     config.node.cluster = format!("serve-test-{}", uuid::Uuid::new_v4().simple());
     config.bus.kind = BusKind::InProcess;
@@ -41,7 +41,7 @@ fn test_config(drain_ms: u64) -> Config {
     config
 }
 
-async fn start(config: Config) -> Served {
+pub(crate) async fn start(config: Config) -> Served {
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
     let listeners = Listeners::bind(&config).await.unwrap();
     let url = format!("http://{}", listeners.public.local_addr().unwrap());
@@ -61,7 +61,7 @@ async fn start(config: Config) -> Served {
 }
 
 impl Served {
-    async fn get(&self, path: &str) -> reqwest::Response {
+    pub(crate) async fn get(&self, path: &str) -> reqwest::Response {
         self.http
             .get(format!("{}{}", self.url, path))
             .send()
@@ -69,7 +69,7 @@ impl Served {
             .unwrap()
     }
 
-    async fn wait_ready(&self, want: u16) {
+    pub(crate) async fn wait_ready(&self, want: u16) {
         for _ in 0..300 {
             if self.get("/ready").await.status().as_u16() == want {
                 return;
@@ -99,7 +99,7 @@ impl Served {
         .unwrap()
     }
 
-    async fn stop(mut self) -> Result<(), ServeError> {
+    pub(crate) async fn stop(mut self) -> Result<(), ServeError> {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(10), self.done)
             .await

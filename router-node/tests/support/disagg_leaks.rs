@@ -72,7 +72,8 @@ pub(crate) async fn a_decode_leg_placed_again_on_a_saturated_node_leaves_both_po
         blocker,
         ClassId(0),
         Phase::Prefill,
-        fe.prefill.prompt(&prompt(70, 2), None),
+        fe.prefill
+            .prompt(&prompt(70, 2), router_core::HashScope::NONE),
     );
     assert!(fe.prefill.route(route).await.is_ok());
     let permits = fe.state.permits.clone();

@@ -25,7 +25,8 @@ mod props;
 mod tests;
 
 use blocks::BlockPool;
-use router_core::hashing::{local_block_hashes, sequence_hashes};
+use router_core::HashScope;
+use router_core::hashing::sequence_hashes;
 use router_core::{KvEvent, RequestId, WorkerId};
 use scheduler::{Scheduler, SchedulerConfig, Seq};
 use std::collections::BTreeMap;
@@ -76,14 +77,27 @@ pub enum SubmitError {
     },
 }
 
+/// What a request's block hashes depend on besides its tokens ([`HashScope`], owned).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockScope {
+    pub lora: Option<String>,
+    pub salt: Option<String>,
+}
+
+impl BlockScope {
+    pub fn hash_scope(&self) -> HashScope<'_> {
+        HashScope::new(self.lora.as_deref(), self.salt.as_deref())
+    }
+}
+
 /// One request for the engine.
 #[derive(Debug, Clone)]
 pub struct SeqRequest {
     pub id: RequestId,
     pub tokens: Vec<u32>,
     pub max_tokens: u32,
-    /// LoRA adapter / cache salt: seeds the block hashes exactly as the router does.
-    pub namespace: Option<String>,
+    /// LoRA adapter and cache salt: the block hashes are scoped exactly as the router's.
+    pub scope: BlockScope,
     /// Leading prompt tokens whose KV was pulled from a prefill engine (decode legs). When
     /// it covers the whole prompt, the prefill engine's first token counts as known too, so
     /// the first pass is a decode step.
@@ -214,7 +228,10 @@ impl Engine {
                 capacity: self.cfg.total_kv_blocks,
             });
         }
-        let locals = local_block_hashes(&req.tokens, self.cfg.block_size, req.namespace.as_deref());
+        let locals = req
+            .scope
+            .hash_scope()
+            .local_hashes(&req.tokens, self.cfg.block_size, true);
         let blocks = sequence_hashes(&locals).into_iter().zip(locals).collect();
         let seq = Seq::new(id, prompt_len, blocks, max_tokens, num_tokens, staged);
         self.sched.waiting.push_back(seq);

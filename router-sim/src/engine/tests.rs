@@ -41,7 +41,7 @@ pub(super) fn req(n: u128, tokens: Vec<u32>, max_tokens: u32) -> SeqRequest {
         id: id(n),
         tokens,
         max_tokens,
-        namespace: None,
+        scope: BlockScope::default(),
         staged_prefix: None,
     }
 }
@@ -109,7 +109,7 @@ fn prefix_reuse_makes_the_second_identical_prompt_cheaper_and_stores_only_new_bl
     e.submit(req(3, longer.clone(), 1)).expect("submit");
     let third = run(&mut e, &mut now);
     let evs = events(&third);
-    let hashes = token_sequence_hashes(&longer, BS, None);
+    let hashes = token_sequence_hashes(&longer, BS, router_core::HashScope::NONE);
     let stored: Vec<u64> = stored_hashes(&evs);
     assert_eq!(stored, vec![hashes[10].0, hashes[11].0]);
     assert!(matches!(

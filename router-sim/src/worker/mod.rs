@@ -6,8 +6,9 @@
 //! HTTP with axum (`http`). Bodies are parsed and tokenized by [`SimConfig::prompts`], a
 //! [`PromptReader`] (`prompt`; the router node gives it its frontend's tokenizer and chat
 //! rendering, so the worker counts the routers' tokens; the default [`TokenIds`] reads
-//! token-id prompts only), and block hashes are namespaced as the router's are
-//! ([`namespace`]), so the KV events name the blocks the routers look requests up by.
+//! token-id prompts only), and block hashes are scoped by adapter and salt as the router's
+//! are (`router_core::HashScope`), so the KV events name the blocks the routers look
+//! requests up by.
 //!
 //! # Routes
 //!
@@ -209,6 +210,7 @@ impl SimConfig {
             total_kv_blocks: Some(self.total_kv_blocks as u64),
             max_num_batched_tokens: Some(self.max_num_batched_tokens as u64),
             block_size: u32::try_from(self.block_size).unwrap_or(u32::MAX),
+            model: Some(self.model.clone()),
             loras: self.loras.clone(),
             kv_events: true,
             max_model_len: Some(self.max_model_len),
@@ -222,19 +224,6 @@ pub fn role_name(role: Role) -> &'static str {
         Role::Agg => "agg",
         Role::Prefill => "prefill",
         Role::Decode => "decode",
-    }
-}
-
-/// The hashing namespace of a request, exactly as the router computes it
-/// (`router_core::router::RouteRequest::namespace`): `None` without LoRA and salt.
-pub fn namespace(lora: Option<&str>, cache_salt: Option<&str>) -> Option<String> {
-    match (lora, cache_salt) {
-        (None, None) => None,
-        (lora, salt) => Some(format!(
-            "lora={}\u{1f}salt={}",
-            lora.unwrap_or(""),
-            salt.unwrap_or("")
-        )),
     }
 }
 
@@ -438,14 +427,14 @@ fn seq_request(
     id: router_core::RequestId,
     tokens: Vec<u32>,
     max_tokens: u32,
-    namespace: Option<String>,
+    scope: crate::engine::BlockScope,
     staged_prefix: Option<usize>,
 ) -> SeqRequest {
     SeqRequest {
         id,
         tokens,
         max_tokens,
-        namespace,
+        scope,
         staged_prefix,
     }
 }

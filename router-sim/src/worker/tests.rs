@@ -31,10 +31,13 @@ fn id(n: u128) -> RequestId {
 }
 
 async fn submit(h: &EngineHandle, n: u128, tokens: Vec<u32>, max: u32) -> mpsc::Receiver<Delivery> {
-    h.submit(seq_request(id(n), tokens, max, None, None), false)
-        .await
-        .unwrap()
-        .unwrap()
+    h.submit(
+        seq_request(id(n), tokens, max, Default::default(), None),
+        false,
+    )
+    .await
+    .unwrap()
+    .unwrap()
 }
 
 /// Reads deliveries to the end: (tokens, finished).
@@ -131,7 +134,10 @@ async fn a_reader_that_leaves_cancels_its_sequence() {
 async fn staged_kv_expires_on_tokio_time() {
     let (h, _task) = engine_task::spawn(engine(Role::Prefill), None, false);
     let mut rx = h
-        .submit(seq_request(id(1), vec![3; 64], 10, None, None), true)
+        .submit(
+            seq_request(id(1), vec![3; 64], 10, Default::default(), None),
+            true,
+        )
         .await
         .unwrap()
         .unwrap();

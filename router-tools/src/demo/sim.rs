@@ -254,7 +254,7 @@ impl Sim {
             id: request_id(i),
             tokens: req.spec.tokens.clone(),
             max_tokens: u32::try_from(req.spec.output_tokens).unwrap_or(u32::MAX),
-            namespace: None,
+            scope: Default::default(),
             staged_prefix: staged,
         };
         let submitted = match self.engines(side).and_then(|e| e.engines.get_mut(rank)) {

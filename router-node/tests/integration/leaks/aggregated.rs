@@ -39,7 +39,7 @@ async fn a_request_placed_again_on_a_saturated_node_leaves_the_ledger_idle() {
             id,
             ClassId(0),
             Phase::Aggregated,
-            node.router.prompt(&tokens, None),
+            node.router.prompt(&tokens, router_core::HashScope::NONE),
         );
         route.eligibility.allowed_workers = Some(vec![WorkerId(u64::from(worker))]);
         assert!(node.router.route(route).await.is_ok());

@@ -9,14 +9,16 @@ use super::kv_transfer::{
 };
 use super::reply::{CancelGuard, Reply, collect_response, stream_response};
 use super::{Refusal, WorkerState, bad, engine_gone};
+use crate::engine::BlockScope;
 use crate::engine::{Role, SubmitError};
 use crate::worker::prompt::PromptRequest;
-use crate::worker::{namespace, role_name, seq_request};
+use crate::worker::{role_name, seq_request};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use router_core::Endpoint;
+use router_core::HashScope;
 use router_core::RequestId;
 use router_core::hashing::token_sequence_hashes;
 use serde_json::{Value, json};
@@ -81,7 +83,7 @@ async fn try_generate(
         None => state.cfg.default_max_tokens,
         Some(n) => u32::try_from(n).map_err(|_| bad("max_tokens", "must be at most 4294967295"))?,
     };
-    let ns = hash_namespace(&state, &request)?;
+    let scope = block_scope(&state, &request)?;
     let transfer = parse_transfer(&request.body)?;
     let bootstrap = parse_bootstrap(&request.body)?;
     let tokens = request.tokens;
@@ -116,8 +118,8 @@ async fn try_generate(
     span.record("prompt_tokens", prompt_tokens);
     span.record("staged_prefix", staged_prefix.is_some());
     let transfer_params = (stage && transfer == Transfer::RemoteDecode)
-        .then(|| staged_params(&state, &tokens, ns.as_deref(), id));
-    let req = seq_request(id, tokens, max_tokens, ns, staged_prefix);
+        .then(|| staged_params(&state, &tokens, scope.hash_scope(), id));
+    let req = seq_request(id, tokens, max_tokens, scope, staged_prefix);
     let deliveries = match state.engine.submit(req, stage).await {
         Err(_) => return Ok(engine_gone()),
         Ok(Err(e)) => return Err(submit_error(&e)),
@@ -151,22 +153,32 @@ async fn try_generate(
     }
 }
 
-/// The request's hashing namespace: its LoRA (when `model` names a served one) and its
-/// `cache_salt`.
-fn hash_namespace(state: &WorkerState, request: &PromptRequest) -> Result<Option<String>, Refusal> {
-    let cache_salt = match request.body.get("cache_salt") {
+/// What the request's blocks are hashed under: its LoRA (when `model` names a served one)
+/// and its `cache_salt`.
+fn block_scope(state: &WorkerState, request: &PromptRequest) -> Result<BlockScope, Refusal> {
+    let salt = match request.body.get("cache_salt") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
+        Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(bad("cache_salt", "must be a string")),
     };
-    let lora = state.cfg.loras.iter().find(|l| **l == request.model);
-    Ok(namespace(lora.map(String::as_str), cache_salt))
+    let lora = state
+        .cfg
+        .loras
+        .iter()
+        .find(|l| **l == request.model)
+        .cloned();
+    Ok(BlockScope { lora, salt })
 }
 
 /// The `kv_transfer_params` a staging prefill answers with (vLLM convention): where and
 /// under which id the decode side pulls the prompt's KV.
-fn staged_params(state: &WorkerState, tokens: &[u32], ns: Option<&str>, id: RequestId) -> Value {
-    let block_ids: Vec<u64> = token_sequence_hashes(tokens, state.cfg.block_size, ns)
+fn staged_params(
+    state: &WorkerState,
+    tokens: &[u32],
+    scope: HashScope<'_>,
+    id: RequestId,
+) -> Value {
+    let block_ids: Vec<u64> = token_sequence_hashes(tokens, state.cfg.block_size, scope)
         .into_iter()
         .map(|h| h.0)
         .collect();

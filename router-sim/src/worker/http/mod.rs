@@ -145,13 +145,15 @@ fn bad(field: &str, why: impl std::fmt::Display) -> Refusal {
     Refusal::Bad(BadRequest::field(field, why))
 }
 
+/// The base model, then its adapters with `parent`, as vLLM lists them.
 async fn models(State(state): State<WorkerState>) -> Json<Value> {
     let max_model_len = state.cfg.max_model_len;
-    let data: Vec<Value> = std::iter::once(&state.cfg.model)
-        .chain(&state.cfg.loras)
-        .map(|id| {
+    let base = &state.cfg.model;
+    let data: Vec<Value> = std::iter::once((base, None))
+        .chain(state.cfg.loras.iter().map(|l| (l, Some(base))))
+        .map(|(id, parent)| {
             json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard-sim",
-                   "max_model_len": max_model_len})
+                   "parent": parent, "max_model_len": max_model_len})
         })
         .collect();
     Json(json!({"object": "list", "data": data}))
