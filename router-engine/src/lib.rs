@@ -28,6 +28,6 @@ pub mod zmq;
 
 pub use link::{
     EngineLinkActor, EngineLinkArgs, EngineLinkConfig, EngineLinkHandle, EngineLinkSnapshot,
-    LinkMsg, LinkPhase, engine_link_child, has_scheme,
+    EventsHeard, LinkMsg, LinkPhase, engine_link_child, has_scheme,
 };
-pub use load::{Capacity, EngineKind, EngineReport, RankLoad};
+pub use load::{Capacity, EngineKind, EngineReport, RankLoad, ServedModels};

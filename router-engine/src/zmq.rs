@@ -1,6 +1,10 @@
 //! The engine's ZMQ sockets: its KV event publisher (we SUB) and its replay service (we
 //! DEALER to its ROUTER).
 //!
+//! The subscriber connects to a publisher that binds (vLLM given `tcp://*:PORT`), or binds
+//! for a publisher that connects (vLLM given a concrete `tcp://IP:PORT` connects to it):
+//! [`SubscriberSide`].
+//!
 //! Publisher messages are three frames, `[topic, seq (8 bytes big-endian), payload]`; the
 //! subscriber forwards `(seq, payload)` to the link actor and never decodes. The socket
 //! reconnects by itself when the engine restarts; the link starts a new subscriber for every
@@ -53,11 +57,22 @@ pub trait FrameSink: Send + 'static {
     fn failed(&self, error: ZmqError) -> bool;
 }
 
-/// Subscribes to `topic` on `endpoint` and forwards every message to `sink` until the sink's
-/// owner is gone or the task is aborted. A failed connect or receive is reported and retried
-/// after `retry`.
+/// Which end of the KV event connection the subscriber is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SubscriberSide {
+    /// It connects to the engine's publisher, which binds.
+    #[default]
+    Connect,
+    /// It binds the endpoint and the engine's publisher connects to it.
+    Bind,
+}
+
+/// Subscribes to `topic` on `endpoint` (connecting or binding, `side`) and forwards every
+/// message to `sink` until the sink's owner is gone or the task is aborted. A failed
+/// connect, bind or receive is reported and retried after `retry`.
 pub fn spawn_subscriber(
     endpoint: String,
+    side: SubscriberSide,
     topic: String,
     retry: Duration,
     sink: impl FrameSink,
@@ -67,7 +82,10 @@ pub fn spawn_subscriber(
             let mut socket = SubSocket::new();
             let ready = async {
                 socket.subscribe(&topic).await?;
-                socket.connect(&endpoint).await
+                match side {
+                    SubscriberSide::Connect => socket.connect(&endpoint).await,
+                    SubscriberSide::Bind => socket.bind(&endpoint).await.map(drop),
+                }
             };
             if let Err(e) = ready.await {
                 if !sink.failed(socket_error(&endpoint, e)) {

@@ -42,6 +42,14 @@ pub struct LinkArgs {
     /// engine publishes no events.
     #[arg(long, value_name = "tcp://HOST:PORT")]
     pub kv_events: Option<String>,
+    /// Bind --kv-events and let the engine's publisher connect to it (vLLM given a concrete
+    /// `tcp://IP:PORT` endpoint connects; given `tcp://*:PORT` it binds).
+    #[arg(long, requires = "kv_events")]
+    pub kv_events_bind: bool,
+    /// Report the engine's KV events silent when it prefills with no batch for this long,
+    /// milliseconds.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub silent_after_ms: u64,
     /// The engine's ZMQ replay service, used to fill lost event batches.
     #[arg(long, value_name = "tcp://HOST:PORT")]
     pub replay: Option<String>,
@@ -117,6 +125,8 @@ impl LinkArgs {
             kind,
             url: self.url.clone(),
             kv_events: self.kv_events.clone(),
+            kv_events_bind: self.kv_events_bind,
+            silent_after_ms: self.silent_after_ms,
             replay: self.replay.clone(),
             topic: self.topic.clone(),
             role,

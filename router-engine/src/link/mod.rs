@@ -9,20 +9,26 @@
 //!   drop the worker, its bookings and its index entries at once) and go back to waiting;
 //!   when the engine answers again it joins as a new incarnation (a new sender id), so
 //!   routers start it with an empty cache, as the restarted engine is.
+//!   An engine that prefills with no KV event batch reaching the link for `silent_after` is
+//!   reported silent (`silence.rs`): its publisher is not where the link listens.
 //! - **Refused**: the engine's block size is not the routers' (only known when the link runs
 //!   inside a router node): announcing it would make every lookup miss. The error names both
 //!   values; the link keeps polling, in case the engine is restarted with the right one.
 //!
 //! Files: `mod.rs` (config, args, messages, the actor, its handle and supervisor child),
-//! `state.rs` (what each message does), `observe.rs` (phase, counters, snapshot).
+//! `state.rs` (what each message does), `observe.rs` (phase, counters, snapshot),
+//! `silence.rs` (whether a publishing engine is heard).
 
 mod observe;
+mod silence;
 mod state;
 
 pub use observe::{EngineLinkSnapshot, LinkCounters, LinkPhase};
+pub use silence::{EventsHeard, SilenceChange, SilenceWatch};
 pub use state::{LinkState, Probed};
 
 use crate::load::EngineKind;
+use crate::zmq::SubscriberSide;
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use router_actors::bus::Bus;
@@ -43,6 +49,12 @@ pub struct EngineLinkConfig {
     /// The engine's KV event publisher (`tcp://host:5557`); `None`: the engine publishes no
     /// events (its pool's routers must run the approximate index).
     pub kv_events: Option<String>,
+    /// Whether the link connects to `kv_events` (the engine binds it) or binds it (the
+    /// engine connects).
+    pub kv_events_side: SubscriberSide,
+    /// An engine that prefills a few blocks' worth with no KV event batch for this long is
+    /// reported silent (a warning, `/debug/state`, a metric).
+    pub silent_after: Duration,
     /// The engine's replay service (`tcp://host:5558`), used to fill a lost batch.
     pub replay: Option<String>,
     /// The publisher's topic.
@@ -73,7 +85,8 @@ pub struct EngineLinkConfig {
 impl EngineLinkConfig {
     /// A link to a `kind` engine at `url` with the defaults: a 1 s poll, out after 3 missed
     /// health checks in a row, a 5 s lease, 2 s probes (a busy engine answers slowly), 2 s
-    /// replays, topic `kv-events`, worker id from the URL.
+    /// replays, topic `kv-events`, connecting to the publisher, silent after 30 s, worker id
+    /// from the URL.
     pub fn new(kind: EngineKind, url: impl Into<String>, pool: PoolRole) -> Self {
         let url = url.into().trim_end_matches('/').to_owned();
         Self {
@@ -81,6 +94,8 @@ impl EngineLinkConfig {
             worker: worker_id_for(&url),
             url,
             kv_events: None,
+            kv_events_side: SubscriberSide::Connect,
+            silent_after: Duration::from_secs(30),
             replay: None,
             topic: "kv-events".to_owned(),
             pool,

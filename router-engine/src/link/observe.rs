@@ -56,6 +56,10 @@ pub struct EngineLinkSnapshot {
     pub kind: &'static str,
     pub url: String,
     pub kv_events: Option<String>,
+    /// Whether the engine's KV events are heard.
+    pub kv_events_heard: super::EventsHeard,
+    /// What the engine said it serves (its model, adapters and context length).
+    pub served: Option<crate::load::ServedModels>,
     pub worker: WorkerId,
     pub pool: router_core::PoolRole,
     #[serde(flatten)]

@@ -3,7 +3,7 @@
 //! leaving when it stops answering.
 
 use super::observe::{EngineLinkSnapshot, LinkCounters, LinkPhase};
-use super::{EngineLinkArgs, EngineLinkConfig, LinkMsg};
+use super::{EngineLinkArgs, EngineLinkConfig, EventsHeard, LinkMsg, SilenceChange, SilenceWatch};
 use crate::events::{SeqCheck, SeqStep, Skipped, Translator, decode_batch};
 use crate::load::{Capacity, EngineReport, ServedModels};
 use crate::probe::Probe;
@@ -16,6 +16,7 @@ use router_actors::wire::{Subjects, WorkerAnnounce, WorkerLoad};
 use router_actors::worker_link::WorkerLink;
 use router_core::{KvEvent, WorkerSpec};
 use std::sync::Arc;
+use tokio::time::Instant;
 use tracing::Instrument as _;
 
 /// How many timed-out health checks weigh as one refused one.
@@ -47,6 +48,8 @@ struct Joined {
     seq: SeqCheck,
     /// The KV event subscriber; aborted when the engine leaves.
     subscriber: OwnedTasks,
+    /// Whether its KV events are heard while it prefills.
+    silence: SilenceWatch,
     /// Polls in a row without an answer.
     missed: u32,
 }
@@ -258,6 +261,7 @@ impl LinkState {
         let subscriber = match &self.config.kv_events {
             Some(endpoint) => OwnedTasks::new(vec![spawn_subscriber(
                 endpoint.clone(),
+                self.config.kv_events_side,
                 self.config.topic.clone(),
                 self.config.poll_every,
                 myself.clone(),
@@ -273,6 +277,8 @@ impl LinkState {
             "engine joined the fleet"
         );
         self.counters.joins += 1;
+        let mut silence = SilenceWatch::new(self.config.silent_after, capacity.block_size);
+        silence.joined(Instant::now(), report.prompt_tokens);
         self.report = report;
         self.served = served;
         self.joined = Some(Joined {
@@ -283,6 +289,7 @@ impl LinkState {
             translator: Translator::new(self.config.worker, capacity.block_size),
             seq: SeqCheck::default(),
             subscriber,
+            silence,
             missed: 0,
         });
     }
@@ -332,6 +339,23 @@ impl LinkState {
             return;
         };
         joined.missed = 0;
+        if self.config.kv_events.is_some()
+            && let Some(SilenceChange::BecameSilent {
+                prompt_tokens,
+                after,
+            }) = joined.silence.scrape(Instant::now(), report.prompt_tokens)
+        {
+            tracing::warn!(
+                engine = %self.config.url,
+                kv_events = self.config.kv_events.as_deref().unwrap_or(""),
+                side = ?self.config.kv_events_side,
+                prompt_tokens,
+                seconds = after.as_secs(),
+                "the engine prefills but no KV event reaches the link: routing falls back to \
+                 load alone. Check the engine's publisher endpoint (vLLM binds only `tcp://*:PORT`; \
+                 given a concrete address it connects, and the link must bind: kv_events_bind)"
+            );
+        }
         let blocks = joined.capacity.blocks;
         let mut failed = 0;
         for (&dp_rank, load) in &report.ranks {
@@ -368,6 +392,9 @@ impl LinkState {
             self.counters.not_serving += 1;
             return;
         };
+        if joined.silence.batch(Instant::now()) == Some(SilenceChange::Heard) {
+            tracing::info!(engine = %self.config.url, "the engine's KV events are heard again");
+        }
         // The first batch heard since joining: a subscription only hears what is published
         // after it connected, so an engine that published before (it served requests while
         // the link was connecting, or before this link started) has batches this link never
@@ -514,6 +541,12 @@ impl LinkState {
             kind: self.config.kind.name(),
             url: self.config.url.clone(),
             kv_events: self.config.kv_events.clone(),
+            kv_events_heard: match (&self.config.kv_events, &self.joined) {
+                (None, _) => EventsHeard::NotConfigured,
+                (Some(_), Some(joined)) => joined.silence.heard(Instant::now()),
+                (Some(_), None) => EventsHeard::Heard,
+            },
+            served: self.served.clone(),
             worker: self.config.worker,
             pool: self.config.pool,
             phase,

@@ -15,12 +15,13 @@ use router_actors::supervisor::ActorSlot;
 use router_actors::wire::Subjects;
 use router_actors::{Node, NodeConfig, Topology};
 use router_core::{PolicyProfile, PoolRole, RouterId};
+use router_engine::zmq::SubscriberSide;
 use router_engine::{
-    EngineKind, EngineLinkArgs, EngineLinkConfig, EngineLinkHandle, EngineLinkSnapshot, LinkPhase,
-    engine_link_child,
+    EngineKind, EngineLinkArgs, EngineLinkConfig, EngineLinkHandle, EngineLinkSnapshot,
+    EventsHeard, LinkPhase, engine_link_child,
 };
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -30,6 +31,10 @@ const BLOCK: u32 = 4;
 struct Engine {
     healthy: AtomicBool,
     block_size: u32,
+    /// Its `vllm:prompt_tokens_total`.
+    prompt_tokens: AtomicU64,
+    /// The LoRA adapters its `/v1/models` lists.
+    adapters: Mutex<Vec<String>>,
 }
 
 async fn health(State(e): State<Arc<Engine>>) -> StatusCode {
@@ -49,17 +54,21 @@ async fn metrics(State(e): State<Arc<Engine>>) -> String {
          # TYPE vllm:kv_cache_usage_perc gauge\n\
          vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"m\"}} 0.25\n\
          # TYPE vllm:cache_config_info gauge\n\
-         vllm:cache_config_info{{block_size=\"{}\",engine=\"0\",kv_cache_dtype_skip_layers=\"[]\",num_gpu_blocks=\"100\"}} 1.0\n",
-        e.block_size
+         vllm:cache_config_info{{block_size=\"{}\",engine=\"0\",kv_cache_dtype_skip_layers=\"[]\",num_gpu_blocks=\"100\"}} 1.0\n\
+         # TYPE vllm:prompt_tokens counter\n\
+         vllm:prompt_tokens_total{{engine=\"0\",model_name=\"m\"}} {}.0\n",
+        e.block_size,
+        e.prompt_tokens.load(Ordering::SeqCst)
     )
 }
 
-/// vLLM's model list, with the context length the link reads.
-async fn models() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({
-        "object": "list",
-        "data": [{"id": "m", "object": "model", "max_model_len": 4096}],
-    }))
+/// vLLM's model list, with the context length the link reads and the adapters loaded now.
+async fn models(State(e): State<Arc<Engine>>) -> axum::Json<serde_json::Value> {
+    let mut data = vec![serde_json::json!({"id": "m", "object": "model", "max_model_len": 4096})];
+    for adapter in e.adapters.lock().expect("adapters").iter() {
+        data.push(serde_json::json!({"id": adapter, "object": "model", "parent": "m"}));
+    }
+    axum::Json(serde_json::json!({"object": "list", "data": data}))
 }
 
 /// Starts the HTTP side; returns its base URL.
@@ -161,20 +170,50 @@ async fn start(block_size: u32) -> Fixture {
 }
 
 async fn start_with(block_size: u32, replay: Option<String>) -> Fixture {
+    start_linked(block_size, replay, SubscriberSide::Connect, |_| {}).await
+}
+
+/// A free local TCP port, for a listener someone else binds next.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The fixture with the link on `side` of the KV event connection (binding: the engine's
+/// publisher connects to it, as vLLM given a concrete address does), `tune` applied last.
+async fn start_linked(
+    block_size: u32,
+    replay: Option<String>,
+    side: SubscriberSide,
+    tune: impl FnOnce(&mut EngineLinkConfig),
+) -> Fixture {
     let engine = Arc::new(Engine {
         healthy: AtomicBool::new(true),
         block_size,
+        prompt_tokens: AtomicU64::new(0),
+        adapters: Mutex::new(Vec::new()),
     });
     let url = serve_engine(engine.clone()).await;
     let mut zmq = PubSocket::new();
-    let endpoint = zmq.bind("tcp://127.0.0.1:0").await.expect("zmq bind");
+    let endpoint = match side {
+        SubscriberSide::Connect => zmq
+            .bind("tcp://127.0.0.1:0")
+            .await
+            .expect("zmq bind")
+            .to_string(),
+        SubscriberSide::Bind => format!("tcp://127.0.0.1:{}", free_port()),
+    };
     let bus = Arc::new(LocalBus::new());
     let mut link = EngineLinkConfig::new(EngineKind::Vllm, url, PoolRole::Aggregated);
-    link.kv_events = Some(endpoint.to_string());
+    link.kv_events = Some(endpoint.clone());
+    link.kv_events_side = side;
     link.replay = replay;
     link.expected_block_size = Some(BLOCK);
     link.poll_every = Duration::from_millis(50);
     link.lease = Duration::from_secs(2);
+    tune(&mut link);
     let slot = ActorSlot::empty();
     let mut config = NodeConfig::new(
         "test",
@@ -193,6 +232,18 @@ async fn start_with(block_size: u32, replay: Option<String>) -> Fixture {
         slot.clone(),
     ));
     let node = Node::start(config, bus).await.expect("node");
+    if side == SubscriberSide::Bind {
+        // The link binds once the engine joined: connect when it listens.
+        let mut connected = false;
+        for _ in 0..250 {
+            if zmq.connect(&endpoint).await.is_ok() {
+                connected = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(connected, "the link never bound {endpoint}");
+    }
     Fixture {
         node,
         link: EngineLinkHandle::from_slot(slot),
@@ -301,6 +352,71 @@ async fn an_engine_joins_relays_events_and_load_and_leaves_when_it_stops_answeri
     })
     .await;
     assert_eq!(link_state(&f).await.counters.joins, 2);
+    f.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_link_binds_for_an_engine_whose_publisher_connects() {
+    let mut f = start_linked(BLOCK, None, SubscriberSide::Bind, |_| {}).await;
+    eventually("the engine joins", || async { workers(&f).await == 1 }).await;
+    let tokens: Vec<u32> = (0..8).collect();
+    publish_until_indexed(&mut f, 0, stored_batch(10, &tokens), 2, "2 blocks indexed").await;
+    assert_eq!(link_state(&f).await.kv_events_heard, EventsHeard::Heard);
+    f.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_engine_that_prefills_but_is_not_heard_is_reported_silent_until_heard() {
+    let mut f = start_linked(BLOCK, None, SubscriberSide::Connect, |link| {
+        link.silent_after = Duration::from_millis(300);
+    })
+    .await;
+    eventually("the engine joins", || async { workers(&f).await == 1 }).await;
+    // It serves requests (its prompt-token counter grows) and no batch reaches the link.
+    f.engine.prompt_tokens.store(5_000, Ordering::SeqCst);
+    eventually("the link reports the silence", || async {
+        matches!(
+            link_state(&f).await.kv_events_heard,
+            EventsHeard::Silent {
+                prompt_tokens: 5_000,
+                ..
+            }
+        )
+    })
+    .await;
+    // A batch arrives: heard again.
+    let tokens: Vec<u32> = (0..4).collect();
+    publish_until_indexed(&mut f, 0, stored_batch(10, &tokens), 1, "1 block indexed").await;
+    assert_eq!(link_state(&f).await.kv_events_heard, EventsHeard::Heard);
+    f.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn adapters_loaded_and_unloaded_at_run_time_are_announced() {
+    let f = start(BLOCK).await;
+    eventually("the engine joins", || async { workers(&f).await == 1 }).await;
+    let adapters = |f: &Fixture| {
+        f.node
+            .registry()
+            .directory()
+            .models
+            .iter()
+            .filter(|m| m.adapter)
+            .map(|m| (m.id.clone(), m.parent.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(adapters(&f), Vec::new());
+    f.engine.adapters.lock().unwrap().push("sql".to_owned());
+    eventually("the loaded adapter is announced", || async {
+        adapters(&f) == vec![("sql".to_owned(), Some("m".to_owned()))]
+    })
+    .await;
+    assert!(f.node.registry().directory().is_adapter("sql"));
+    f.engine.adapters.lock().unwrap().clear();
+    eventually("the unloaded adapter is gone", || async {
+        adapters(&f).is_empty()
+    })
+    .await;
     f.node.shutdown().await;
 }
 

@@ -7,6 +7,8 @@
 //! kind = "vllm"                      # or "sglang"
 //! url = "http://127.0.0.1:8000"      # the engine's OpenAI base URL
 //! kv_events = "tcp://127.0.0.1:5557" # its ZMQ KV event publisher (absent: no events)
+//! kv_events_bind = false             # true: bind kv_events, the engine connects to it
+//! silent_after_ms = 30000            # prefilling without a KV event this long: reported
 //! replay = "tcp://127.0.0.1:5558"    # optional: its replay service, to fill lost batches
 //! role = "agg"                       # agg | prefill | decode (default: agg)
 //! ```
@@ -48,6 +50,14 @@ pub struct EngineSection {
     /// Its ZMQ KV event publisher (`tcp://host:port`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_events: Option<String>,
+    /// Bind `kv_events` and let the engine's publisher connect (vLLM given a concrete
+    /// `tcp://IP:PORT` connects; given `tcp://*:PORT` it binds, and the link connects).
+    #[serde(default)]
+    pub kv_events_bind: bool,
+    /// An engine that prefills a few blocks' worth with no KV event batch for this long is
+    /// reported (a warning, `/debug/state`, `switchyard_engine_kv_events_silent`).
+    #[serde(default = "default_silent_after_ms")]
+    pub silent_after_ms: u64,
     /// Its ZMQ replay service (`tcp://host:port`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<String>,
@@ -76,6 +86,10 @@ pub struct EngineSection {
 
 fn default_topic() -> String {
     "kv-events".to_owned()
+}
+
+fn default_silent_after_ms() -> u64 {
+    30_000
 }
 
 fn default_poll_ms() -> u64 {
@@ -111,6 +125,18 @@ impl EngineSection {
         }
         if let Some(replay) = &self.replay {
             check_scheme(&key("replay"), replay, &["tcp"])?;
+        }
+        if self.kv_events_bind && self.kv_events.is_none() {
+            return Err(ConfigError::invalid(
+                &key("kv_events_bind"),
+                "needs kv_events, the address to bind",
+            ));
+        }
+        if self.silent_after_ms == 0 {
+            return Err(ConfigError::invalid(
+                &key("silent_after_ms"),
+                "must be >= 1",
+            ));
         }
         let served = match topology {
             TopologyKind::Aggregated => self.role == EngineRole::Agg,
@@ -154,6 +180,12 @@ impl EngineSection {
             link.worker = WorkerId(id);
         }
         link.kv_events = self.kv_events.clone();
+        link.kv_events_side = if self.kv_events_bind {
+            router_engine::zmq::SubscriberSide::Bind
+        } else {
+            router_engine::zmq::SubscriberSide::Connect
+        };
+        link.silent_after = Duration::from_millis(self.silent_after_ms);
         link.replay = self.replay.clone();
         link.topic = self.topic.clone();
         link.expected_block_size = router_block_size;

@@ -33,9 +33,17 @@ pub(super) fn node_families(node: &NodeScrape) -> NodeFamilies {
     }
     for link in &node.engines {
         let up = matches!(link.phase, router_engine::LinkPhase::Serving);
-        f.engine_link_up
-            .get_or_create(&labels([("engine", &link.url)]))
-            .set(i64::from(up));
+        let engine = labels([("engine", &link.url)]);
+        f.engine_link_up.get_or_create(&engine).set(i64::from(up));
+        if link.kv_events.is_some() {
+            let silent = matches!(
+                link.kv_events_heard,
+                router_engine::EventsHeard::Silent { .. }
+            );
+            f.engine_kv_events_silent
+                .get_or_create(&engine)
+                .set(i64::from(silent));
+        }
     }
     room(&f, &node.room);
     f

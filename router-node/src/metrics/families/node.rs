@@ -22,6 +22,7 @@ pub(in crate::metrics) struct NodeFamilies {
     pub engine_kv_used: Gauges,
     pub engine_kv_total: Gauges,
     pub engine_link_up: Gauges,
+    pub engine_kv_events_silent: Gauges,
     pub credits_held: Gauges,
     pub bus_connected: Gauges,
     pub peer_goodbyes: Counters,
@@ -121,6 +122,11 @@ impl NodeFamilies {
             "engine_link_up",
             "1 when this node's engine link has its engine in the fleet, else 0, by engine URL",
             self.engine_link_up.clone(),
+        );
+        r.register(
+            "engine_kv_events_silent",
+            "1 while this node's engine prefills but no KV event reaches its link, else 0, by engine URL",
+            self.engine_kv_events_silent.clone(),
         );
         r.register(
             "bus_connected",
