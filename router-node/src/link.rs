@@ -68,6 +68,10 @@ pub struct LinkArgs {
     /// Cluster name: the prefix of every bus subject (the routers' node.cluster).
     #[arg(long, default_value = "switchyard", env = "SWITCHYARD_CLUSTER")]
     pub cluster: String,
+    /// The routers' pool the engine joins: its model's `[[models]]` name (or the model
+    /// directory the routers' `[[engines]]` name); absent: the cluster's default pool.
+    #[arg(long, value_name = "MODEL")]
+    pub pool: Option<String>,
     /// Worker id (default: derived from --url, as a router's [[engines]] entry derives it).
     #[arg(long)]
     pub worker_id: Option<u64>,
@@ -124,6 +128,8 @@ impl LinkArgs {
         let entry = EngineSection {
             kind,
             url: self.url.clone(),
+            model: None,
+            model_dir: None,
             kv_events: self.kv_events.clone(),
             kv_events_bind: self.kv_events_bind,
             silent_after_ms: self.silent_after_ms,
@@ -185,7 +191,10 @@ async fn serve(args: &LinkArgs, config: EngineLinkConfig) -> Result<(), String> 
     let kind = config.kind;
     let (link, _join) = EngineLinkHandle::spawn(EngineLinkArgs {
         bus: bus.clone(),
-        subjects: Subjects::new(args.cluster.clone()),
+        subjects: Subjects::new(match &args.pool {
+            Some(model) => router_actors::wire::pool_cluster(&args.cluster, model),
+            None => args.cluster.clone(),
+        }),
         config,
     })
     .await

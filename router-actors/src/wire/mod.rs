@@ -17,7 +17,7 @@ pub use messages::{
 };
 pub use seq::{SeqEvent, SeqTracker};
 pub use shape::{ShapeError, check_shape};
-pub use subjects::{Subjects, pool_token};
+pub use subjects::{Subjects, pool_cluster, pool_token};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;

@@ -11,6 +11,24 @@ pub fn pool_token(role: PoolRole) -> &'static str {
     }
 }
 
+/// The subject prefix of a model's pool in `cluster`: `<cluster>.pool.<token>`, the token
+/// the model's name in lowercase letters, digits, `-` and `_` (at most 40 of them) and 8 hex
+/// digits of its hash, so names that read alike never share subjects. Workers, sidecars and
+/// every replica derive it alike from the same name.
+pub fn pool_cluster(cluster: &str, model: &str) -> String {
+    let readable: String = model
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .take(40)
+        .collect();
+    let hash = xxhash_rust::xxh3::xxh3_64(model.as_bytes());
+    format!("{cluster}.pool.{readable}-{:08x}", hash >> 32)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subjects {
     cluster: String,

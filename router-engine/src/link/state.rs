@@ -205,12 +205,12 @@ impl LinkState {
             && expected != capacity.block_size
         {
             let reason = format!(
-                "{} engine at {} stores KV blocks of {} tokens but the router's node.block_size is \
-                 {expected}: set node.block_size = {} (or start the engine with --block-size \
-                 {expected})",
+                "{} engine at {} stores KV blocks of {} tokens but its pool's block size is \
+                 {expected} (node.block_size, its model's block_size, or learned from the \
+                 pool's first engine): one block size per pool; start the engine with \
+                 --block-size {expected}, or give its model a pool of its own",
                 self.config.kind.name(),
                 self.config.url,
-                capacity.block_size,
                 capacity.block_size,
             );
             if self.refused.as_deref() != Some(reason.as_str()) {

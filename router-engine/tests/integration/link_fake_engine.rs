@@ -431,7 +431,7 @@ async fn an_engine_with_another_block_size_is_refused_with_both_values() {
         unreachable!()
     };
     assert!(
-        reason.contains("32") && reason.contains("node.block_size is 4"),
+        reason.contains("blocks of 32 tokens") && reason.contains("block size is 4"),
         "{reason}"
     );
     assert_eq!(workers(&f).await, 0, "never announced");

@@ -6,6 +6,8 @@
 //! [[engines]]
 //! kind = "vllm"                      # or "sglang"
 //! url = "http://127.0.0.1:8000"      # the engine's OpenAI base URL
+//! model_dir = "/models/my-model"     # optional: the model it serves, a pool of its own
+//! model = "my-model"                 # optional: its [[models]] entry's name
 //! kv_events = "tcp://127.0.0.1:5557" # its ZMQ KV event publisher (absent: no events)
 //! kv_events_bind = false             # true: bind kv_events, the engine connects to it
 //! silent_after_ms = 30000            # prefilling without a KV event this long: reported
@@ -47,6 +49,13 @@ pub struct EngineSection {
     pub kind: EngineKind,
     /// The engine's OpenAI base URL (`http://host:port`).
     pub url: String,
+    /// The model it serves: a `[[models]]` name (a name no entry has makes a pool of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The directory of the model it serves (relative to the config file's directory): its
+    /// tokenizer and chat template. Engines serving one directory share a pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<std::path::PathBuf>,
     /// Its ZMQ KV event publisher (`tcp://host:port`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_events: Option<String>,

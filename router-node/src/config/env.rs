@@ -108,12 +108,12 @@ impl Overrides {
                     ),
                 });
             }
-            if segments[0] == "engines" {
-                return Err(ConfigError::Env {
-                    var,
-                    key,
-                    message: "[[engines]] is a list of tables: set it in the config file".into(),
-                });
+            if segments[0] == "engines" || segments[0] == "models" {
+                let message = format!(
+                    "[[{}]] is a list of tables: set it in the config file",
+                    segments[0]
+                );
+                return Err(ConfigError::Env { var, key, message });
             }
             by_key.insert(key, (var, value));
         }

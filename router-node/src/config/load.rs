@@ -150,6 +150,8 @@ impl Config {
         self.bus.resolve_relative_paths(dir);
         self.auth.resolve_relative_paths(dir);
         self.admin.resolve_relative_paths(dir);
+        let models = self.models.iter_mut().map(|m| &mut m.model_dir);
+        let engines = self.engines.iter_mut().map(|e| &mut e.model_dir);
         for path in [
             &mut self.policy.path,
             &mut self.tokenizer.path,
@@ -157,6 +159,8 @@ impl Config {
             &mut self.tokenizer.model_dir,
         ]
         .into_iter()
+        .chain(models)
+        .chain(engines)
         .flatten()
         {
             if path.is_relative() {
@@ -191,9 +195,8 @@ impl Config {
         if self.node.worker_threads == Some(0) {
             return Err(ConfigError::invalid("node.worker_threads", "must be >= 1"));
         }
-        for (index, engine) in self.engines.iter().enumerate() {
-            engine.validate(index, n.topology)?;
-        }
+        // Each engine against its pool's topology.
+        self.validate_models()?;
         self.http.validate()?;
         self.admin.validate(&self.http)?;
         for (key, value) in [

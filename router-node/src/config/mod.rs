@@ -8,8 +8,8 @@
 //!
 //! Environment overrides, one rule for every key (`env.rs`): `SWITCHYARD_<SECTION>__<KEY>`,
 //! e.g. `SWITCHYARD_HTTP__BODY_LIMIT_BYTES=8388608` sets `[http] body_limit_bytes` (an empty
-//! value counts as unset; `http.models` takes comma-separated names; `[[engines]]` is set in
-//! the file only). The file's path comes from `--config`, else `SWITCHYARD_CONFIG`. Older
+//! value counts as unset; `http.models` takes comma-separated names; `[[engines]]` and
+//! `[[models]]` are set in the file only). The file's path comes from `--config`, else `SWITCHYARD_CONFIG`. Older
 //! aliases: `SWITCHYARD_CLUSTER`, `SWITCHYARD_HTTP_LISTEN`, `SWITCHYARD_NATS_URL`,
 //! `SWITCHYARD_OTLP_ENDPOINT`.
 //!
@@ -22,6 +22,7 @@
 //! (`[http]` and `[admin]`: the listeners, the input limits and timeouts, the admin token,
 //! the frontend's `Limits`), `tokenizer.rs`
 //! (`[tokenizer]`: its validation and the frontend's `Prompter`), `engines.rs` (`[[engines]]`),
+//! `models.rs` (`[[models]]` and the pools a node runs),
 //! `security.rs` (`[bus.auth]`, `[bus.tls]` and `[registry]`), `auth.rs` (`[auth]`: the API
 //! keys file).
 
@@ -30,6 +31,7 @@ mod engines;
 mod env;
 mod http;
 mod load;
+mod models;
 mod security;
 mod tokenizer;
 
@@ -43,6 +45,7 @@ pub use env::{
 };
 pub use http::{AdminSection, HttpSection};
 pub use load::ConfigError;
+pub use models::{ModelSection, PoolPlan};
 pub use security::{BusAuthSection, BusTlsSection, RegistrySection};
 
 use crate::frontend::DisaggConvention;
@@ -68,6 +71,9 @@ pub struct Config {
     pub registry: RegistrySection,
     /// `[auth]`: the API keys (`auth.rs`).
     pub auth: AuthSection,
+    /// The models this node serves, a pool each (`[[models]]`, see `models.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelSection>,
     /// Real engines this node links itself (`[[engines]]`, see `engines.rs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<EngineSection>,

@@ -2,7 +2,7 @@
 //! (a tiktoken encoding, a `tokenizer.json` with an optional chat template, or a model
 //! directory) as the frontend's [`Prompter`], with a token cache of `cache_mb`.
 
-use super::{Config, ConfigError, TokenizerKind, TokenizerSection};
+use super::{Config, ConfigError, PoolPlan, TokenizerKind, TokenizerSection};
 use router_tokenizer::{ChatTemplate, Prompter, TokenCache, Tokenizer};
 use std::sync::Arc;
 
@@ -50,10 +50,29 @@ impl Config {
     /// `tokenizer.path`, `tokenizer.chat_template` or `tokenizer.model_dir` and the file.
     pub fn prompter(&self) -> Result<Prompter, ConfigError> {
         let prompter = self.prompter_uncached()?;
-        Ok(match self.tokenizer.cache_mb {
+        Ok(self.with_token_cache(prompter))
+    }
+
+    /// The tokenizer and chat rendering of `plan`'s pool: its model directory's, else
+    /// `[tokenizer]`'s; each pool with a token cache of its own (`cache_mb`: ids are the
+    /// tokenizer's). An error names the directory.
+    pub fn pool_prompter(&self, plan: &PoolPlan) -> Result<Prompter, ConfigError> {
+        let Some(dir) = &plan.model_dir else {
+            return self.prompter();
+        };
+        let prompter = Prompter::from_model_dir(dir).map_err(|e| ConfigError::Tokenizer {
+            key: "model_dir",
+            path: e.file,
+            message: e.message,
+        })?;
+        Ok(self.with_token_cache(prompter))
+    }
+
+    fn with_token_cache(&self, prompter: Prompter) -> Prompter {
+        match self.tokenizer.cache_mb {
             0 => prompter,
             mb => prompter.with_cache(Arc::new(TokenCache::new(mb.saturating_mul(1 << 20)))),
-        })
+        }
     }
 
     fn prompter_uncached(&self) -> Result<Prompter, ConfigError> {

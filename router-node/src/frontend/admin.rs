@@ -22,7 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use router_tokenizer::Lane;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
 
@@ -109,7 +109,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// rule under `classifiers`, workers that refused connections under `worker_breaker`, the
 /// API keys in use under `auth` (names, classes, limits; never a key or digest) and, when
 /// the node is attached, every actor's snapshot under `node` (routers of all pools, peer
-/// sync, KV events, registry).
+/// sync, KV events, registry), and each model's pool's under `pools`.
 async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
     let Ok(snapshot) = state.router.observe().await else {
         return ApiError::router_gone().into_response();
@@ -130,6 +130,14 @@ async fn debug_state(State(state): State<Arc<AppState>>) -> Response {
         map.insert("auth".to_owned(), auth);
         if let Some(node) = state.metrics.node() {
             map.insert("node".to_owned(), node.gather().await.to_json());
+        }
+        let pools = state.metrics.pools();
+        if !pools.is_empty() {
+            let mut by_model = serde_json::Map::new();
+            for (model, node) in pools.iter() {
+                by_model.insert(model.clone(), node.gather().await.to_json());
+            }
+            map.insert("pools".to_owned(), Value::Object(by_model));
         }
     }
     Json(body).into_response()

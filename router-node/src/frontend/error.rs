@@ -126,6 +126,19 @@ impl ApiError {
         .message(format!("field `{field}`: {why}"))
     }
 
+    /// A `model` no pool of the node serves (404, as OpenAI answers an unknown model).
+    pub fn unknown_model(model: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Stage::Request,
+            "model_not_found",
+        )
+        .message(format!(
+            "the model `{model}` does not exist here (GET /v1/models lists the models served)"
+        ))
+    }
+
     /// A bad header value (`name` is named in the message).
     pub fn bad_header(name: &str, why: impl std::fmt::Display) -> Self {
         Self::new(

@@ -33,8 +33,8 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::Endpoint;
 use router_core::{Phase, Prompt, RequestId};
-use router_tokenizer::PromptInput;
-use serde_json::json;
+use router_tokenizer::{PromptError, PromptInput, RequestBody};
+use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
@@ -185,6 +185,8 @@ async fn handle_openai(
 /// A request ready for its first hop: parsed, tokenized and hashed, holding its permit (its
 /// class comes beside it).
 struct Prepared {
+    /// The state of its model's pool, when the node has several (`None`: the handler's).
+    pool: Option<AppState>,
     request: ParsedRequest,
     /// The prompt's chained block hashes and length: every leg and retry routes with these
     /// (the tokens are gone by then).
@@ -209,8 +211,11 @@ async fn prepare(
     let limits = &state.limits;
     let bytes = read_body(body, headers, limits).await?;
     observer.stage(Stage::Read);
-    let mut request: ParsedRequest = state.prompter.parse(endpoint, &bytes)?.into();
+    let (parsed, pool) = parse_in_pool(state, endpoint, &bytes)?;
+    let mut request: ParsedRequest = parsed.into();
     drop(bytes);
+    // From here on, the request's model's pool: its tokenizer, directory and routers.
+    let state = pool.as_ref().unwrap_or(state);
     request.take_engine_fields()?;
     request.read_scope(state.directory.as_ref())?;
     limits.check_max_tokens(request.max_tokens)?;
@@ -272,12 +277,57 @@ async fn prepare(
     observer.stage(Stage::Classify);
     Ok((
         Prepared {
+            pool,
             request,
             prompt,
             permit,
         },
         class,
     ))
+}
+
+/// Parses the body with the chat template of its model's pool and returns that pool's state
+/// when the node has several pools (`None`: the node's one pool, `state`'s own). A model no
+/// pool serves is a 404.
+fn parse_in_pool(
+    state: &AppState,
+    endpoint: Endpoint,
+    bytes: &[u8],
+) -> Result<(RequestBody, Option<AppState>), ApiError> {
+    let Some(pools) = &state.pools else {
+        return Ok((state.prompter.parse(endpoint, bytes)?, None));
+    };
+    let mut chosen = None;
+    let mut unknown = None;
+    // A chat is rendered by its pool's template: the pool is picked as the body is read.
+    let parsed = RequestBody::parse_with(endpoint, bytes, |body| {
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match pools.resolve(model) {
+            Some(pool) => {
+                let rendered = pool.prompter.render(body);
+                chosen = Some(pool);
+                rendered
+            }
+            None => {
+                unknown = Some(model.to_owned());
+                Err(PromptError::field("model", "is not served here"))
+            }
+        }
+    });
+    if let Some(model) = unknown {
+        return Err(ApiError::unknown_model(&model));
+    }
+    let parsed = parsed?;
+    let pool = match chosen {
+        Some(pool) => pool,
+        None => pools
+            .resolve(&parsed.model)
+            .ok_or_else(|| ApiError::unknown_model(&parsed.model))?,
+    };
+    Ok((parsed, Some(state.for_pool(&pool))))
 }
 
 async fn admit_and_forward(
@@ -288,10 +338,12 @@ async fn admit_and_forward(
     observer: &mut RequestObserver,
 ) -> Result<Response, ApiError> {
     let Prepared {
+        pool,
         request,
         prompt,
         permit,
     } = prepared;
+    let state = pool.as_ref().unwrap_or(state);
     if let Some(decode) = &state.decode {
         let d = super::disagg::Disagg {
             request,
@@ -385,7 +437,10 @@ pub(super) async fn models(State(state): State<Arc<AppState>>, headers: HeaderMa
     }
     // What the workers announce (adapters with their base model as `parent`, as vLLM lists
     // them), then the configured names no worker announced.
-    let served = state.directory.served_models();
+    let served = match &state.pools {
+        Some(pools) => pools.served_models(),
+        None => state.directory.served_models(),
+    };
     let configured = state
         .models
         .iter()

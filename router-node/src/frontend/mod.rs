@@ -46,6 +46,7 @@ mod key_errors;
 mod limits;
 mod openai;
 mod placement;
+mod pools;
 mod proxy;
 mod server;
 mod timer;
@@ -62,6 +63,7 @@ pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use limits::{Deadline, Limits, longest_run};
 pub use openai::ParsedRequest;
+pub use pools::{Pool, Pools};
 pub use proxy::BookingGuard;
 pub use server::{ConnectionLimits, serve_app};
 pub use upstream::{UpstreamClient, UpstreamError};
@@ -174,6 +176,10 @@ pub struct AppState {
     pub breaker: Arc<breaker::WorkerBreaker>,
     /// The API keys (`auth.rs`); `None`: open, every client may use every class.
     pub auth: Option<Arc<KeyStore>>,
+    /// The node's pools, one per model (`pools.rs`): a request runs with its model's pool's
+    /// router, tokenizer and directory in place of the fields above. `None`: one pool, the
+    /// fields above.
+    pub pools: Option<Arc<Pools>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -217,6 +223,7 @@ impl AppState {
             bus_connected: None,
             breaker: Arc::new(breaker::WorkerBreaker::default()),
             auth: None,
+            pools: None,
         }
     }
 
@@ -276,6 +283,26 @@ impl AppState {
     pub fn with_models(mut self, models: impl IntoIterator<Item = String>) -> Self {
         self.models = models.into_iter().collect();
         self
+    }
+
+    /// Routes each request by its `model` through `pools` (their prompters under this
+    /// state's tokenizer gate).
+    pub fn with_pools(mut self, pools: Arc<Pools>) -> Self {
+        self.pools = Some(pools);
+        self
+    }
+
+    /// The state a request for `pool`'s model runs with: the pool's routers, tokenizer,
+    /// directory and convention in place of this state's (every other field shared).
+    pub fn for_pool(&self, pool: &Pool) -> AppState {
+        AppState {
+            router: pool.router.clone(),
+            decode: pool.decode.clone(),
+            convention: pool.convention,
+            directory: Arc::clone(&pool.directory),
+            prompter: pool.prompter.clone(),
+            ..self.clone()
+        }
     }
 
     /// The name of a class id from this pool's profile (`"unknown"` for a foreign id).

@@ -37,13 +37,14 @@ pub use request::{RequestObserver, RequestOutcome};
 pub use scrape::{DEFAULT_SCRAPE_TIMEOUT, NodeScrape, NodeSources, RoomCounts, pool_label};
 pub use stages::{SHORT_PROMPT_TOKENS, Stage, StageClock};
 
+use arc_swap::ArcSwap;
 use families::{AuthFamilies, HttpFamilies};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use router_core::{PrefixHit, WorkerId};
 use router_tokenizer::TokenCacheStats;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The node components a scrape observes (the `component` label of scrape errors).
@@ -68,6 +69,9 @@ pub struct Metrics {
     stages: stages::StageSeries,
     /// The node observed at each scrape, if any.
     node: Option<NodeSources>,
+    /// The nodes of the models' pools, by model, observed at each scrape too (their series
+    /// labelled `model`); pools join as they start.
+    pools: Arc<ArcSwap<Vec<(String, NodeSources)>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -127,6 +131,7 @@ impl Metrics {
             pool_prefix: Default::default(),
             auth,
             node: None,
+            pools: Arc::default(),
         }
     }
 
@@ -147,6 +152,20 @@ impl Metrics {
         }
         self.node = Some(node);
         self
+    }
+
+    /// Observes a model's pool at every scrape too, its series labelled `model`.
+    pub fn add_pool(&self, model: String, node: NodeSources) {
+        self.pools.rcu(|pools| {
+            let mut pools = Vec::clone(pools);
+            pools.push((model.clone(), node.clone()));
+            pools
+        });
+    }
+
+    /// Every model's pool observed at each scrape.
+    pub fn pools(&self) -> Arc<Vec<(String, NodeSources)>> {
+        self.pools.load_full()
     }
 
     /// `class`'s per-request series.
@@ -338,17 +357,26 @@ impl Metrics {
 
     /// The Prometheus text exposition of the frontend's own metrics (no node state).
     pub fn render(&self) -> String {
-        self.render_with(None)
+        self.render_with(&[])
     }
 
     /// Observes the attached node (each actor within its timeout; one that does not answer
     /// is counted in `scrape_errors_total` and left out) and renders every metric.
     pub async fn scrape(&self) -> String {
-        let scraped = match &self.node {
-            Some(node) => Some(node.gather().await),
-            None => None,
-        };
-        if let Some(scraped) = &scraped {
+        let pools = self.pools();
+        let gathered = futures::future::join_all(
+            self.node
+                .iter()
+                .map(|node| (None, node))
+                .chain(
+                    pools
+                        .iter()
+                        .map(|(model, node)| (Some(model.as_str()), node)),
+                )
+                .map(|(model, node)| async move { (model, node.gather().await) }),
+        )
+        .await;
+        for (_, scraped) in &gathered {
             for component in &scraped.failed {
                 self.http
                     .scrape_errors
@@ -356,18 +384,23 @@ impl Metrics {
                     .inc();
             }
         }
-        self.render_with(scraped.as_ref())
+        let scraped: Vec<(Option<&str>, &NodeScrape)> = gathered
+            .iter()
+            .map(|(model, node)| (*model, node))
+            .collect();
+        self.render_with(&scraped)
     }
 
-    /// The text exposition of the frontend's metrics and, given one, a node scrape's.
-    pub fn render_with(&self, node: Option<&NodeScrape>) -> String {
+    /// The text exposition of the frontend's metrics and the given pools' node scrapes (a
+    /// model's pool's series labelled `model`).
+    pub fn render_with(&self, pools: &[(Option<&str>, &NodeScrape)]) -> String {
         let mut out = String::new();
         let encoded = encode_registry(&mut out, &self.registry)
-            .and_then(|()| match node {
-                Some(node) => {
-                    encode_registry(&mut out, &record::node_families(node).into_registry())
+            .and_then(|()| {
+                if pools.is_empty() {
+                    return Ok(());
                 }
-                None => Ok(()),
+                encode_registry(&mut out, &record::node_families(pools).into_registry())
             })
             .and_then(|()| encode_eof(&mut out));
         if encoded.is_err() {

@@ -16,24 +16,33 @@ use router_core::PoolRole;
 use router_core::credits::CreditKind;
 use std::time::Duration;
 
-/// The node families of `node`.
-pub(super) fn node_families(node: &NodeScrape) -> NodeFamilies {
-    let f = NodeFamilies::default();
+/// The node families of the scraped pools: the default pool's series as they always were,
+/// a model's pool's with a `model` label.
+pub(super) fn node_families(pools: &[(Option<&str>, &NodeScrape)]) -> NodeFamilies {
+    let mut f = NodeFamilies::default();
+    for (model, node) in pools {
+        f.model = model.map(str::to_owned);
+        record_pool(&f, node);
+    }
+    f
+}
+
+fn record_pool(f: &NodeFamilies, node: &NodeScrape) {
     for (pool, snapshot) in &node.routers {
-        router(&f, node, *pool, snapshot);
+        router(f, node, *pool, snapshot);
     }
     for (pool, snapshot) in &node.peer_syncs {
-        peer_sync(&f, *pool, snapshot);
+        peer_sync(f, *pool, snapshot);
     }
     for (pool, snapshot) in &node.kv_events {
-        kv_events(&f, *pool, snapshot);
+        kv_events(f, *pool, snapshot);
     }
     if let Some(snapshot) = &node.registry {
-        registry(&f, snapshot);
+        registry(f, snapshot);
     }
     for link in &node.engines {
         let up = matches!(link.phase, router_engine::LinkPhase::Serving);
-        let engine = labels([("engine", &link.url)]);
+        let engine = f.labels([("engine", &link.url)]);
         f.engine_link_up.get_or_create(&engine).set(i64::from(up));
         if link.kv_events.is_some() {
             let silent = matches!(
@@ -45,8 +54,7 @@ pub(super) fn node_families(node: &NodeScrape) -> NodeFamilies {
                 .set(i64::from(silent));
         }
     }
-    room(&f, &node.room);
-    f
+    room(f, &node.room);
 }
 
 /// A `u64` as a gauge value (saturating at `i64::MAX`).
@@ -54,8 +62,14 @@ fn gauge_value(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
-    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+impl NodeFamilies {
+    /// `pairs` as a series' labels, with the pool's `model` first when it is a model's pool.
+    fn labels<const N: usize>(&self, pairs: [(&'static str, &str); N]) -> Labels {
+        let model = self.model.iter().map(|m| ("model", m.clone()));
+        model
+            .chain(pairs.iter().map(|(k, v)| (*k, (*v).to_owned())))
+            .collect()
+    }
 }
 
 /// Microseconds as seconds.
@@ -69,7 +83,7 @@ fn router(f: &NodeFamilies, node: &NodeScrape, role: PoolRole, snapshot: &Router
     let pool = pool_label(role);
     let scheduler = &snapshot.scheduler;
     for class in &scheduler.queue.classes {
-        let l = labels([
+        let l = f.labels([
             ("pool", pool),
             ("class", node.class_name(class.class.index())),
         ]);
@@ -83,7 +97,7 @@ fn router(f: &NodeFamilies, node: &NodeScrape, role: PoolRole, snapshot: &Router
     for rank in &scheduler.ledger.ranks {
         let worker = rank.rank.worker.0.to_string();
         let dp_rank = rank.rank.dp_rank.to_string();
-        let l = labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)]);
+        let l = f.labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)]);
         f.booked_prefill
             .get_or_create(&l)
             .set(gauge_value(rank.prefill_tokens));
@@ -105,14 +119,14 @@ fn router(f: &NodeFamilies, node: &NodeScrape, role: PoolRole, snapshot: &Router
         ("admitted_upstream", stats.admitted_upstream),
     ] {
         f.admissions
-            .get_or_create(&labels([("pool", pool), ("outcome", outcome)]))
+            .get_or_create(&f.labels([("pool", pool), ("outcome", outcome)]))
             .inc_by(value);
     }
     f.room_queries
-        .get_or_create(&labels([("pool", pool)]))
+        .get_or_create(&f.labels([("pool", pool)]))
         .inc_by(stats.room_queries);
     let peer_lag = &snapshot.peer_lag_us;
-    f.lag.get_or_create(&labels([("pool", pool)])).set(
+    f.lag.get_or_create(&f.labels([("pool", pool)])).set(
         us_to_secs(peer_lag.sum_us),
         peer_lag.count,
         LAG_BUCKETS_US
@@ -133,7 +147,7 @@ fn room_credits(f: &NodeFamilies, role: PoolRole, credits: &router_core::credits
     let rank_labels = |rank: router_core::RankId| {
         let worker = rank.worker.0.to_string();
         let dp_rank = rank.dp_rank.to_string();
-        labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)])
+        f.labels([("pool", pool), ("worker", &worker), ("dp_rank", &dp_rank)])
     };
     let prefill_pool = role == PoolRole::Prefill;
     for held in &credits.held {
@@ -168,7 +182,7 @@ fn room_credits(f: &NodeFamilies, role: PoolRole, credits: &router_core::credits
         ("denial_given", c.denials_given),
     ] {
         f.credit_messages
-            .get_or_create(&labels([("pool", pool), ("kind", kind)]))
+            .get_or_create(&f.labels([("pool", pool), ("kind", kind)]))
             .inc_by(value);
     }
 }
@@ -185,13 +199,13 @@ fn decode_errors(
         ("foreign_cluster", foreign),
     ] {
         f.decode_errors
-            .get_or_create(&labels([("component", component), ("kind", kind)]))
+            .get_or_create(&f.labels([("component", component), ("kind", kind)]))
             .inc_by(value);
     }
 }
 
 fn peer_sync(f: &NodeFamilies, pool: PoolRole, snapshot: &PeerSyncSnapshot) {
-    let l = labels([("pool", pool_label(pool))]);
+    let l = f.labels([("pool", pool_label(pool))]);
     let counters = &snapshot.counters;
     f.gaps.get_or_create(&l).inc_by(counters.gaps);
     f.snapshots_applied
@@ -203,10 +217,7 @@ fn peer_sync(f: &NodeFamilies, pool: PoolRole, snapshot: &PeerSyncSnapshot) {
     f.peer_goodbyes.get_or_create(&l).inc_by(counters.goodbyes);
     f.bus_outages.get_or_create(&l).inc_by(counters.bus_outages);
     f.leases_kept_stopped
-        .get_or_create(&labels([
-            ("component", "peer_sync"),
-            ("pool", pool_label(pool)),
-        ]))
+        .get_or_create(&f.labels([("component", "peer_sync"), ("pool", pool_label(pool))]))
         .inc_by(counters.leases_kept_stopped);
     f.bus_connected
         .get_or_create(&l)
@@ -228,7 +239,7 @@ fn kv_events(f: &NodeFamilies, pool: PoolRole, snapshot: &KvEventsSnapshot) {
         ("cleared", events.cleared),
     ] {
         f.kv_events
-            .get_or_create(&labels([("pool", pool), ("kind", kind)]))
+            .get_or_create(&f.labels([("pool", pool), ("kind", kind)]))
             .inc_by(value);
     }
     let e = &snapshot.edge;
@@ -243,14 +254,14 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
     for pool in &snapshot.pools {
         let count = snapshot.workers.iter().filter(|w| w.pool == *pool).count();
         f.registered_workers
-            .get_or_create(&labels([("pool", pool_label(*pool))]))
+            .get_or_create(&f.labels([("pool", pool_label(*pool))]))
             .set(gauge_value(count as u64));
     }
     for worker in &snapshot.workers {
         let id = worker.worker.0.to_string();
         for load in &worker.load {
             let dp_rank = load.dp_rank.to_string();
-            let l = labels([
+            let l = f.labels([
                 ("pool", pool_label(worker.pool)),
                 ("worker", &id),
                 ("dp_rank", &dp_rank),
@@ -271,7 +282,7 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
     }
     let c = &snapshot.counters;
     f.leases_kept_stopped
-        .get_or_create(&labels([("component", "registry"), ("pool", "all")]))
+        .get_or_create(&f.labels([("component", "registry"), ("pool", "all")]))
         .inc_by(c.leases_kept_stopped);
     for (reason, value) in [
         ("endpoint_not_allowed", c.endpoint_refused),
@@ -281,7 +292,7 @@ fn registry(f: &NodeFamilies, snapshot: &RegistrySnapshot) {
         ("stale", c.stale),
     ] {
         f.registry_refused
-            .get_or_create(&labels([("reason", reason)]))
+            .get_or_create(&f.labels([("reason", reason)]))
             .inc_by(value);
     }
     let e = &snapshot.edge;

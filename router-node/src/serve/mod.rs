@@ -20,6 +20,7 @@
 //! and its cut-off).
 
 mod parts;
+mod pools;
 mod shutdown;
 
 pub use parts::{Listeners, RegistryDirectory, connect_bus, redact_url};
@@ -106,15 +107,26 @@ pub async fn serve_with_bus(
         );
     }
     let router_id = node_config.router_id;
-    let engines = parts::engine_links(&config, &bus, &mut node_config);
-    let node = Node::start(node_config, bus).await?;
+    // The default pool's node runs always (the cluster's own subjects); it takes requests
+    // when the configuration has a default pool (`config/models.rs`).
+    let plans = config.pool_plans();
+    let default_plan = plans.iter().find(|p| p.key.is_none());
+    let default_engines = default_plan.map(|p| p.engines.clone()).unwrap_or_default();
+    let engines = parts::engine_links(&config, &default_engines, &bus, &mut node_config);
+    let node = Node::start(node_config, Arc::clone(&bus)).await?;
+    let model_nodes = Arc::new(pools::ModelNodes::default());
     let frontend = Frontend {
         profile,
         prompter,
         token,
+        default_routes: default_plan.is_some(),
+        model_pools: plans.iter().any(|p| p.key.is_some()),
+        model_nodes: Arc::clone(&model_nodes),
+        bus,
     };
     let started = serve_node(&config, listeners, &node, &engines, frontend, shutdown).await;
     tracing::info!(%router_id, "stopping the node");
+    model_nodes.shutdown().await;
     node.shutdown().await;
     started
 }
@@ -124,6 +136,12 @@ struct Frontend {
     profile: router_core::PolicyProfile,
     prompter: router_tokenizer::Prompter,
     token: Option<AdminToken>,
+    /// Whether requests for models no model's pool serves go to the default pool.
+    default_routes: bool,
+    /// Whether the configuration has models' pools (started beside the default one).
+    model_pools: bool,
+    model_nodes: Arc<pools::ModelNodes>,
+    bus: Arc<dyn Bus>,
 }
 
 async fn serve_node(
@@ -138,6 +156,10 @@ async fn serve_node(
         profile,
         prompter,
         token,
+        default_routes,
+        model_pools,
+        model_nodes,
+        bus,
     } = frontend;
     // Disaggregated: the prefill router is the admission gate and the decode router books the
     // staged decode legs.
@@ -159,11 +181,10 @@ async fn serve_node(
     };
     let (ready_tx, ready_rx) = watch::channel(false);
     let (draining_tx, draining_rx) = watch::channel(false);
-    let follow = tokio::spawn(shutdown::follow_readiness(
-        node.ready(),
-        draining_rx,
-        ready_tx,
-    ));
+    // Ready while any pool is; alive while every pool is (models' pools join as they start).
+    let (any_ready, ready_join, merge_ready) = pools::merge_watches(node.ready(), pools::any_ready);
+    let (all_alive, alive_join, merge_alive) = pools::merge_watches(node.alive(), pools::all_alive);
+    let follow = tokio::spawn(shutdown::follow_readiness(any_ready, draining_rx, ready_tx));
     let state = AppState::new(
         router,
         Arc::new(RegistryDirectory(node.registry().clone())),
@@ -174,7 +195,7 @@ async fn serve_node(
     .with_models(config.http.models.iter().cloned())
     .with_prompter(prompter)
     .with_forward_token_ids(config.tokenizer.forward_token_ids)
-    .with_alive(node.alive())
+    .with_alive(all_alive)
     .with_bus_status(parts::bus_status(node));
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so
     // every clone of the metrics (booking guards) shares this one.
@@ -190,6 +211,30 @@ async fn serve_node(
             .with_decode(decode)
             .with_convention(config.disagg.convention),
         None => state,
+    };
+    // Several models: each request goes to its model's pool (the default one as built above).
+    let state = if model_pools {
+        let default = default_routes.then(|| frontend::Pool {
+            label: "default".to_owned(),
+            names: Vec::new(),
+            router: state.router.clone(),
+            decode: state.decode.clone(),
+            convention: state.convention,
+            prompter: state.prompter.clone(),
+            directory: Arc::clone(&state.directory),
+        });
+        let pools = Arc::new(frontend::Pools::new(default));
+        let joins = pools::Joins {
+            pools: Arc::clone(&pools),
+            metrics: Arc::clone(&state.metrics),
+            ready: ready_join,
+            alive: alive_join,
+            gate: state.tokenize_gate.clone(),
+        };
+        pools::start_model_pools(config, &state.profile, &bus, &model_nodes, &joins);
+        state.with_pools(pools)
+    } else {
+        state
     };
     let local = listeners.public.local_addr().map_err(ServeError::Http)?;
     let admin_local = listeners.admin.local_addr().map_err(ServeError::Http)?;
@@ -245,6 +290,8 @@ async fn serve_node(
     };
     let result = shutdown::serve_until(config, server, admin, switches, shutdown).await;
     follow.abort();
+    merge_ready.abort();
+    merge_alive.abort();
     if let Some(reloader) = reloader {
         reloader.abort();
     }
@@ -257,6 +304,9 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     // Configuration problems first, before any connection is made.
     let profile = config.policy_profile()?;
     config.prompter()?;
+    for plan in config.pool_plans() {
+        config.pool_prompter(&plan)?;
+    }
     config.auth.key_store(Arc::new(profile))?;
     config.admin.token()?;
     let bus = connect_bus(&config).await?;

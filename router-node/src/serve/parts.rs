@@ -116,23 +116,25 @@ pub(super) fn bus_status(node: &Node) -> Arc<dyn Fn() -> bool + Send + Sync> {
     Arc::new(move || bus.connected())
 }
 
-/// One engine link per `[[engines]]` entry, as children of the node's supervisor; their
-/// handles, for `/debug/state`.
+/// One engine link per `[[engines]]` entry of a pool (`engines`, by index), as children of
+/// its node's supervisor, announcing on the pool's subjects (its node's cluster) and
+/// refusing an engine of another block size than the pool's; their handles, for
+/// `/debug/state`.
 pub(super) fn engine_links(
     config: &Config,
+    engines: &[usize],
     bus: &Arc<dyn Bus>,
     node: &mut router_actors::NodeConfig,
 ) -> Vec<EngineLinkHandle> {
-    let subjects = router_actors::wire::Subjects::new(config.node.cluster.clone());
-    config
-        .engines
+    let subjects = router_actors::wire::Subjects::new(node.cluster.clone());
+    engines
         .iter()
-        .enumerate()
+        .filter_map(|&index| Some((index, config.engines.get(index)?)))
         .map(|(index, engine)| {
             let args = EngineLinkArgs {
                 bus: Arc::clone(bus),
                 subjects: subjects.clone(),
-                config: engine.link_config(Some(config.node.block_size)),
+                config: engine.link_config(Some(node.block_size)),
             };
             let slot = ActorSlot::empty();
             node.extra_children.push(engine_link_child(

@@ -23,6 +23,7 @@ mod http_frontend;
 mod http_frontend_faults;
 mod input_limits;
 mod leaks;
+mod models;
 mod node_metrics;
 mod openai_python_client;
 mod piece_limits;

@@ -62,6 +62,10 @@ pub struct SimArgs {
     /// Cluster name: the prefix of every bus subject.
     #[arg(long, default_value = "switchyard")]
     pub cluster: String,
+    /// Join the routers' pool of this model (a `[[models]]` name, or the model directory its
+    /// `[[engines]]` name) instead of the cluster's default pool.
+    #[arg(long, value_name = "MODEL")]
+    pub pool: Option<String>,
     #[arg(long, default_value_t = 1)]
     pub worker_id: u64,
     /// KV blocks in the engine.
@@ -131,7 +135,10 @@ impl SimArgs {
             speedup: self.speedup,
             model: self.model.clone(),
             loras: self.loras.clone(),
-            cluster: self.cluster.clone(),
+            cluster: match &self.pool {
+                Some(model) => router_actors::wire::pool_cluster(&self.cluster, model),
+                None => self.cluster.clone(),
+            },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             lease: Duration::from_millis(self.lease_ms),
             staging_timeout: Duration::from_millis(self.staging_timeout_ms),

@@ -10,6 +10,9 @@ use prometheus_client::registry::Registry;
 /// One scrape's node families, filled by `record.rs` and then registered.
 #[derive(Debug, Default)]
 pub(in crate::metrics) struct NodeFamilies {
+    /// The model of the pool being recorded (`None`: the default pool): a `model` label on
+    /// its series.
+    pub model: Option<String>,
     pub queue_depth: Gauges,
     pub queue_tokens: Gauges,
     pub booked_prefill: Gauges,
