@@ -4,6 +4,13 @@
 Run it with the vLLM venv's interpreter (scripts/install-vllm.sh makes it):
 
     .tools/vllm/bin/python scripts/make-tiny-model.py .tools/models/tiny-llama
+    .tools/vllm/bin/python scripts/make-tiny-model.py .tools/models/tiny-llama-b --vocab-size 600 \
+        --lora-out .tools/models/tiny-llama-b-lora
+
+`--vocab-size` trains a tokenizer of another size on the same corpus (a second model whose token
+ids differ from the first's). `--lora-out ADAPTER_DIR` also writes a LoRA adapter of the model in
+the PEFT layout vLLM loads (`--enable-lora --lora-modules NAME=ADAPTER_DIR`): rank 8 on every
+layer's q_proj and v_proj, random weights.
 
 No model hub is needed. The weights are random, so generated text is gibberish; what matters to a
 router is that the engine tokenizes, caches prefixes and publishes KV events like it does for a real
@@ -121,10 +128,49 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Write a tiny random-weight Llama and tokenizer into DIR.")
     p.add_argument("dir", metavar="DIR", help="output directory (created; skipped when already complete)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE, help=f"tokens of the trained tokenizer (default {VOCAB_SIZE})")
+    p.add_argument("--lora-out", metavar="ADAPTER_DIR", help="also write a random LoRA adapter of the model there")
     return p.parse_args()
 
 
-def is_complete(out: Path, seed: int) -> bool:
+LORA_RANK = 8
+HIDDEN = 128
+LAYERS = 2
+
+
+def write_lora(out: Path, model_dir: Path, seed: int) -> None:
+    """A PEFT LoRA adapter (rank 8, q_proj and v_proj of every layer, random weights)."""
+    if (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file():
+        print(f"make-tiny-model: {out} already holds the adapter")
+        return
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed + 1)
+    tensors = {}
+    for layer in range(LAYERS):
+        for proj in ("q_proj", "v_proj"):
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(LORA_RANK, HIDDEN) * 0.01
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(HIDDEN, LORA_RANK) * 0.01
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(model_dir),
+        "r": LORA_RANK,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "target_modules": ["q_proj", "v_proj"],
+    }
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    print(f"make-tiny-model: wrote the adapter {out}")
+
+
+def is_complete(out: Path, seed: int, vocab_size: int = VOCAB_SIZE) -> bool:
     marker = out / MARKER
     if not marker.is_file():
         return False
@@ -134,17 +180,19 @@ def is_complete(out: Path, seed: int) -> bool:
         return False
     if info.get("format") != FORMAT_VERSION or info.get("seed") != seed:
         return False
+    if info.get("vocab_size", VOCAB_SIZE) != vocab_size:
+        return False
     return all((out / name).is_file() for name in info.get("files", []))
 
 
-def train_tokenizer():
+def train_tokenizer(vocab_size: int = VOCAB_SIZE):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=1,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -168,11 +216,11 @@ def train_tokenizer():
     return tok
 
 
-def write_model(tmp: Path, seed: int) -> list[str]:
+def write_model(tmp: Path, seed: int, vocab_size: int = VOCAB_SIZE) -> list[str]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    tok = train_tokenizer()
+    tok = train_tokenizer(vocab_size)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",
@@ -225,8 +273,10 @@ def write_model(tmp: Path, seed: int) -> list[str]:
 def main() -> int:
     args = parse_args()
     out = Path(args.dir).resolve()
-    if is_complete(out, args.seed):
+    if is_complete(out, args.seed, args.vocab_size):
         print(f"make-tiny-model: {out} already holds the model (seed {args.seed})")
+        if args.lora_out:
+            write_lora(Path(args.lora_out).resolve(), out, args.seed)
         return 0
     if out.exists() and not out.is_dir():
         print(f"make-tiny-model: {out} exists and is not a directory", file=sys.stderr)
@@ -242,7 +292,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=out))
     try:
-        files = write_model(tmp, args.seed)
+        files = write_model(tmp, args.seed, args.vocab_size)
         for name in files:
             os.chmod(tmp / name, 0o644)
             os.replace(tmp / name, out / name)
@@ -250,8 +300,12 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     # The marker goes last: a model interrupted half-way is rebuilt by the next run.
     marker = {"format": FORMAT_VERSION, "seed": args.seed, "files": files}
+    if args.vocab_size != VOCAB_SIZE:
+        marker["vocab_size"] = args.vocab_size
     (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     print(f"make-tiny-model: wrote {out} ({', '.join(files)})")
+    if args.lora_out:
+        write_lora(Path(args.lora_out).resolve(), out, args.seed)
     return 0
 
 

@@ -3,7 +3,7 @@
 #
 #   scripts/start-vllm.sh --model DIR --port HTTP_PORT --kv-port ZMQ_PORT \
 #       [--replay-port ZMQ_PORT] [--num-gpu-blocks N] [--run-dir DIR] [--host ADDR] \
-#       [--timeout SECONDS] [-- EXTRA_VLLM_ARGS...]
+#       [--kv-connect] [--timeout SECONDS] [-- EXTRA_VLLM_ARGS...]
 #
 # Every option can also come from the environment: VLLM_MODEL, VLLM_PORT, VLLM_KV_PORT,
 # VLLM_REPLAY_PORT, VLLM_NUM_GPU_BLOCKS, VLLM_RUN_DIR (default .tools/run), VLLM_HOST (default
@@ -16,6 +16,9 @@
 # attention backend refuses 16), cached-token counts in usage, and KV events published on
 # tcp://*:ZMQ_PORT with topic "kv-events" (plus a replay ROUTER socket when --replay-port is
 # given). --num-gpu-blocks caps the KV pool (e.g. 72 blocks) so tests can force evictions.
+# --kv-connect gives the publisher the concrete endpoint tcp://127.0.0.1:ZMQ_PORT instead, which
+# vLLM connects to rather than binds: the subscriber must bind it. Arguments after -- go to vLLM
+# last (a later --block-size wins over the one here).
 # VLLM_SERVER_DEV_MODE=1 enables POST /reset_prefix_cache.
 #
 # Writes RUN_DIR/vllm-HTTP_PORT.pid (the engine's process group id) and RUN_DIR/vllm-HTTP_PORT.log,
@@ -34,6 +37,7 @@ NUM_BLOCKS="${VLLM_NUM_GPU_BLOCKS:-}"
 RUN_DIR="${VLLM_RUN_DIR:-$ROOT/.tools/run}"
 HOST="${VLLM_HOST:-127.0.0.1}"
 TIMEOUT="${VLLM_START_TIMEOUT:-300}"
+KV_CONNECT=""
 EXTRA=()
 
 die() {
@@ -55,6 +59,7 @@ while [ "$#" -gt 0 ]; do
     --run-dir) need_value "$@"; RUN_DIR="$2"; shift 2 ;;
     --host) need_value "$@"; HOST="$2"; shift 2 ;;
     --timeout) need_value "$@"; TIMEOUT="$2"; shift 2 ;;
+    --kv-connect) KV_CONNECT=1; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -91,7 +96,11 @@ if [ -f "$PID_FILE" ] && alive "$(cat "$PID_FILE")"; then
   die "an engine started here already runs on port $PORT (pid $(cat "$PID_FILE")); stop it with scripts/stop-vllm.sh $PID_FILE"
 fi
 
-KV_EVENTS="{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$KV_PORT\", \"topic\": \"kv-events\""
+KV_ENDPOINT="tcp://*:$KV_PORT"
+if [ -n "$KV_CONNECT" ]; then
+  KV_ENDPOINT="tcp://127.0.0.1:$KV_PORT"
+fi
+KV_EVENTS="{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"$KV_ENDPOINT\", \"topic\": \"kv-events\""
 if [ -n "$REPLAY_PORT" ]; then
   KV_EVENTS="$KV_EVENTS, \"replay_endpoint\": \"tcp://*:$REPLAY_PORT\""
 fi
@@ -146,4 +155,4 @@ while :; do
   fi
   sleep 1
 done
-echo "start-vllm: pid $PID serving http://$HOST:$PORT (kv events tcp://*:$KV_PORT${REPLAY_PORT:+, replay tcp://*:$REPLAY_PORT}) after $((SECONDS - started))s; log $LOG_FILE"
+echo "start-vllm: pid $PID serving http://$HOST:$PORT (kv events $KV_ENDPOINT${REPLAY_PORT:+, replay tcp://*:$REPLAY_PORT}) after $((SECONDS - started))s; log $LOG_FILE"

@@ -10,8 +10,11 @@ cd "$(dirname "$0")/.."
 
 echo "== the CPU vLLM (scripts/install-vllm.sh)"
 ./scripts/install-vllm.sh
-echo "== the tiny local model (scripts/make-tiny-model.py)"
+echo "== the tiny local models (scripts/make-tiny-model.py)"
 .tools/vllm/bin/python scripts/make-tiny-model.py .tools/models/tiny-llama
+# A second model with another tokenizer, and a LoRA adapter of it (the multi-model test).
+.tools/vllm/bin/python scripts/make-tiny-model.py .tools/models/tiny-llama-b --vocab-size 600 \
+  --lora-out .tools/models/tiny-llama-b-lora
 echo "== nats-server (scripts/install-nats.sh)"
 ./scripts/install-nats.sh
 NATS_SERVER_BIN="$PWD/.tools/nats/bin/nats-server"
@@ -21,4 +24,5 @@ echo "== cargo test: real vLLM engines behind Switchyard"
 # The binaries the tests run, built as `cargo test --workspace` builds them (the same
 # features, so after the workspace's tests this is no work and nothing is built twice).
 cargo test --workspace --locked --no-run
-cargo test --workspace --locked --test real_vllm -- --ignored --nocapture
+# One test at a time: each starts its own CPU engines.
+cargo test --workspace --locked --test real_vllm -- --ignored --nocapture --test-threads 1

@@ -204,15 +204,16 @@ impl Node {
             let registry = InflightRegistry::default();
             // A route call waits at most the longest class wait, plus a call's timeout.
             // Releases are recorded in the registry every incarnation restores from.
+            let kv_index = SharedKvIndex::default();
             let handle = RouterHandle::from_slot(slot.clone(), clock)
                 .with_block_size(config.block_size)
+                .with_index(kv_index.clone())
                 .with_call_timeout(config.call_timeout)
                 .with_route_timeout(config.profile.longest_wait() + config.call_timeout)
                 .with_inflight(registry.clone());
             let (tx, rx) = mpsc::channel::<OwnDelta>(config.delta_queue.max(1));
             // Peer sync says when the starting snapshots are in; the router admits from then.
             let (ready_tx, ready_rx) = watch::channel(false);
-            let kv_index = SharedKvIndex::default();
             let mut scheduler = SchedulerConfig::new(pool, config.router_id);
             scheduler.reservation_lease = config.reservation_lease;
             scheduler.booking_lease = config.booking_lease;

@@ -13,6 +13,7 @@ pub mod hashing;
 pub mod ids;
 pub mod index;
 pub mod ledger;
+pub mod local_prefill;
 pub mod policy;
 pub mod queue;
 pub mod router;
@@ -34,6 +35,7 @@ pub use index::{
 pub use ledger::{
     BookingDelta, BookingLedger, GateClosed, LeaseLeft, LeasedReservation, RoomAnswer,
 };
+pub use local_prefill::{LocalPrefillRule, LocalReason, PrefillPlace};
 pub use policy::{
     ClassPolicy, ClassSource, Classification, ClassifyError, Endpoint, PolicyError, PolicyFormat,
     PolicyProfile, RequestFacts, UnknownClass,

@@ -12,10 +12,16 @@
 //! killed with SIGKILL fails its in-flight streams with an error, leaves the fleet (bookings
 //! and entries gone) while new requests go to the other, and is used again once restarted.
 //!
+//! `models.rs`: two models (two tokenizers, two block sizes) and a LoRA adapter behind one node.
+//!
 //! Ignored by default (engines take a minute or two to start): `scripts/test-real-engines.sh`
 //! installs what it needs and runs it, after the fast suites of `scripts/test.sh`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+/// Two models and a LoRA adapter behind one node.
+#[path = "real_vllm/models.rs"]
+mod models;
 
 use router_engine::events::{EngineEvent, SeqCheck, SeqStep, decode_batch};
 use serde_json::{Value, json};

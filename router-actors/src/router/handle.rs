@@ -56,6 +56,8 @@ pub struct RouterHandle {
     block_size: u32,
     /// The actor's in-flight registry, where releases are recorded ([`Self::release`]).
     inflight: Option<InflightRegistry>,
+    /// The pool's prefix index (KV events), read without a message ([`Self::cached_tokens`]).
+    index: Option<router_core::SharedKvIndex>,
 }
 
 /// A pool's block size until the node says otherwise (the router config's default).
@@ -75,6 +77,7 @@ impl RouterHandle {
             route_timeout: None,
             block_size: DEFAULT_BLOCK_SIZE,
             inflight: None,
+            index: None,
         }
     }
 
@@ -95,6 +98,37 @@ impl RouterHandle {
     /// The pool's tokens per KV block.
     pub fn block_size(&self) -> u32 {
         self.block_size
+    }
+
+    /// Reads the pool's prefix index (the one its router and KV-events actor share).
+    pub fn with_index(mut self, index: router_core::SharedKvIndex) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// How many of `prompt`'s tokens the pool's best-placed rank holds, by the KV events
+    /// indexed (no message to the actor; 0 without an index or for unhashed tokens).
+    pub fn cached_tokens(&self, prompt: &Prompt) -> u64 {
+        let (
+            Some(index),
+            Prompt::Hashes {
+                block_hashes,
+                prompt_tokens,
+            },
+        ) = (&self.index, prompt)
+        else {
+            return 0;
+        };
+        let hashes: Vec<router_core::SequenceHash> = block_hashes
+            .iter()
+            .copied()
+            .map(router_core::SequenceHash)
+            .collect();
+        let deepest = index
+            .find_matches(&hashes)
+            .best()
+            .map_or(0, |(_, depth)| depth);
+        (u64::from(deepest) * u64::from(self.block_size)).min(*prompt_tokens)
     }
 
     /// `tokens` as this pool's router looks them up: hashed once, here, by the caller, so

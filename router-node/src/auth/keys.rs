@@ -6,6 +6,7 @@
 //! sha256 = "<64 hex digits>"       # router-node keys new / keys hash
 //! classes = ["interactive", "batch"]
 //! default_class = "interactive"    # optional: stands in for the profile's default_class
+//! models = ["llama-3.1-8b", "sql"]  # optional: the models (and adapters) it may use; absent: all
 //! requests_per_s = 5               # optional, with requests_burst (default: a second's worth)
 //! tokens_per_s = 2000              # optional, with tokens_burst (default: a second's worth)
 //! ```
@@ -63,6 +64,9 @@ pub struct KeyEntry {
     pub classes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_class: Option<String>,
+    /// The models (and LoRA adapters) it may use, as clients name them; empty: every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,6 +84,7 @@ pub struct ValidEntry {
     pub digest: KeyDigest,
     pub classes: Vec<(ClassId, String)>,
     pub default_class: Option<(ClassId, String)>,
+    pub models: Vec<String>,
     pub limits: LimitSpec,
 }
 
@@ -177,11 +182,15 @@ impl KeyEntry {
                 "tokens_burst",
             )?,
         };
+        if let Some(model) = self.models.iter().find(|m| m.is_empty()) {
+            return Err(bad("models", format!("holds an empty name ({model:?})")));
+        }
         Ok(ValidEntry {
             name: self.name.clone(),
             digest,
             classes,
             default_class,
+            models: self.models.clone(),
             limits,
         })
     }
@@ -193,10 +202,22 @@ pub struct ApiKey {
     name: String,
     classes: Vec<(ClassId, String)>,
     default_class: Option<(ClassId, String)>,
+    /// Empty: every model.
+    models: Vec<String>,
     limits: Arc<KeyLimits>,
 }
 
 impl ApiKey {
+    /// Whether a request authenticated by this key may ask for `model`.
+    pub fn may_use_model(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+
+    /// The models it may use (empty: every one).
+    pub fn models(&self) -> &[String] {
+        &self.models
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -296,6 +317,7 @@ impl KeySet {
                 name: valid.name,
                 classes: valid.classes,
                 default_class: valid.default_class,
+                models: valid.models,
                 limits,
             }));
         }

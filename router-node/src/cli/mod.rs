@@ -61,6 +61,9 @@ struct NewKeyArgs {
     /// The class its requests run under when they name none (one of --classes).
     #[arg(long, value_name = "CLASS")]
     default_class: Option<String>,
+    /// The models (and LoRA adapters) it may use, comma-separated; absent: every model.
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<String>,
     /// Requests per second it may send (this node's share: each replica counts its own).
     #[arg(long, value_name = "RATE")]
     requests_per_s: Option<f64>,
@@ -107,6 +110,7 @@ fn run_keys(command: KeysCommand) -> ExitCode {
             sha256: String::new(),
             classes: args.classes,
             default_class: args.default_class,
+            models: args.models,
             requests_per_s: args.requests_per_s,
             requests_burst: args.requests_burst,
             tokens_per_s: args.tokens_per_s,

@@ -87,6 +87,23 @@ pub struct DisaggSection {
     /// `kv_transfer_params` handed to the decode leg) or `"sglang"` (both legs at once with
     /// `bootstrap_host` / `bootstrap_port` / `bootstrap_room`).
     pub convention: DisaggConvention,
+    /// Conditional disaggregation: a request whose prompt has fewer tokens than this not
+    /// cached on the best decode worker goes straight to a decode worker, which prefills it
+    /// (through the decode pool's class gate); 0: off.
+    pub local_prefill_below_tokens: u64,
+    /// A request the prefill gate would make wait goes to the decode pool's gate instead,
+    /// prefilled by its decode worker.
+    pub local_prefill_when_prefill_waits: bool,
+}
+
+impl DisaggSection {
+    /// The conditional-disaggregation rule of every disaggregated pool.
+    pub fn local_prefill(&self) -> router_core::LocalPrefillRule {
+        router_core::LocalPrefillRule {
+            below_uncached_tokens: self.local_prefill_below_tokens,
+            when_prefill_waits: self.local_prefill_when_prefill_waits,
+        }
+    }
 }
 
 /// Aggregated workers (one pool), or a prefill pool and a decode pool.

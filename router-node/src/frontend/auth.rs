@@ -102,6 +102,18 @@ pub(super) fn entitle(key: Option<&ApiKey>, class: &Class) -> Result<(), ApiErro
     }
 }
 
+/// 403 when the key may not use the request's `model`.
+pub(super) fn entitle_model(key: Option<&ApiKey>, model: &str) -> Result<(), ApiError> {
+    match key {
+        Some(key) if !key.may_use_model(model) => Err(ApiError::model_not_entitled(
+            key.name(),
+            model,
+            key.models(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Takes one request from the key's requests bucket; 429 with the wait when it is empty.
 pub(super) fn limit_requests(key: Option<&ApiKey>) -> Result<(), ApiError> {
     let Some(key) = key else { return Ok(()) };

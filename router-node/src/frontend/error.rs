@@ -49,6 +49,9 @@ pub struct ApiError {
     pub retry_after: Option<u32>,
     /// Set when the leg never reached its worker: what a retry elsewhere decides on.
     pub unreached: Option<Unreached>,
+    /// The gate refused a request that may not wait because it would have had to: what
+    /// conditional disaggregation decides on (`disagg/local.rs`).
+    pub would_wait: bool,
 }
 
 /// A leg that never reached its worker: nothing was sent, so the request may be placed once
@@ -102,6 +105,7 @@ impl ApiError {
             rule: None,
             retry_after: None,
             unreached: None,
+            would_wait: false,
         }
     }
 
@@ -329,9 +333,14 @@ impl ApiError {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
             }
         };
-        Self::new(status, kind, Stage::Admission, reason.label())
+        let mut error = Self::new(status, kind, Stage::Admission, reason.label())
             .message(reason.to_string())
-            .class(Some(class))
+            .class(Some(class));
+        error.would_wait = matches!(
+            reason,
+            RejectReason::WouldQueue { .. } | RejectReason::BehindBacklog
+        );
+        error
     }
 
     /// A failed route call: the scheduler's refusal under its reason, a class id the router

@@ -14,14 +14,13 @@
 //! ends with one error event (`proxy.rs`). Every failure is an [`ApiError`] counted under its
 //! class (`unknown` before the request was classified) and reason.
 
-use super::admit::{Class, admit, route_request};
+use super::admit::Class;
 use super::auth;
 use super::classify::classify;
 use super::error::ApiError;
 use super::limits::{Deadline, check_prompt_tokens};
 use super::openai::ParsedRequest;
-use super::placement::{self, Placements};
-use super::proxy::{BookingGuard, Target, forward, never_reached};
+use super::placement;
 use super::{AppState, Limits};
 use crate::auth::ApiKey;
 use crate::metrics::{RequestObserver, RequestOutcome, Stage};
@@ -32,7 +31,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use router_core::Endpoint;
-use router_core::{Phase, Prompt, RequestId};
+use router_core::{Phase, Prompt};
 use router_tokenizer::{PromptError, PromptInput, RequestBody};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -212,6 +211,7 @@ async fn prepare(
     let bytes = read_body(body, headers, limits).await?;
     observer.stage(Stage::Read);
     let (parsed, pool) = parse_in_pool(state, endpoint, &bytes)?;
+    auth::entitle_model(key, &parsed.model)?;
     let mut request: ParsedRequest = parsed.into();
     drop(bytes);
     // From here on, the request's model's pool: its tokenizer, directory and routers.
@@ -356,44 +356,18 @@ async fn admit_and_forward(
         // request's future would otherwise carry (and copy at each move).
         return Box::pin(super::disagg::admit_and_forward(state, decode, d, observer)).await;
     }
-    // A worker that refuses the connection (or left the fleet since its admission) gets the
-    // request placed once more, elsewhere (`placement.rs`, as every leg of every path);
-    // nothing reached the client yet. Ejected workers are avoided from the start.
-    let mut placements = Placements::new(state);
-    let mut permit = Some(permit);
-    loop {
-        let id = RequestId(uuid::Uuid::now_v7());
-        let mut route = route_request(
-            state,
-            id,
-            class,
-            Phase::Aggregated,
-            prompt.clone(),
-            &request,
-        );
-        placements.narrow(state, &mut route);
-        let admission = admit(state, &state.router, class, route).await?;
-        observer.admitted(prompt.tokens(), admission.prefix);
-        let worker = admission.rank.worker;
-        // No await between the admission and the guard: a dropped handler never leaks a
-        // booking, nor does a node saturated before a second placement (the guard releases it).
-        let booking = BookingGuard::new(state.router.clone(), id, state.metrics.clone());
-        let guard = placement::permitted(state, booking, &mut permit)?;
-        let target = Target {
-            worker,
-            pool: "aggregated",
-        };
-        match forward(state, &request, target, headers, guard, observer).await {
-            // The failed attempt's guard gave the permit back: the next one takes it again.
-            Err(e) if never_reached(&e) => placements.refused(state, class, "aggregated", e)?,
-            answer => {
-                if answer.is_ok() {
-                    state.breaker.reached(worker);
-                }
-                return answer;
-            }
-        }
-    }
+    placement::single_leg(
+        state,
+        &state.router,
+        (Phase::Aggregated, "aggregated"),
+        &request,
+        &prompt,
+        class,
+        headers,
+        permit,
+        observer,
+    )
+    .await
 }
 
 /// The request body, at most `limits.max_body_bytes` (checked against `Content-Length`

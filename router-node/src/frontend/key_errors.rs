@@ -40,6 +40,20 @@ impl ApiError {
         .class(Some(class))
     }
 
+    /// A model the API key may not use.
+    pub fn model_not_entitled(key: &str, model: &str, allowed: &[String]) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            Stage::Request,
+            "model_not_entitled",
+        )
+        .message(format!(
+            "API key `{key}` may not use the model `{model}` (it may use: {})",
+            allowed.join(", ")
+        ))
+    }
+
     /// Over an API key's rate (`what`: `requests` or `tokens`); retry after `retry_after`
     /// seconds.
     pub fn key_rate_limited(key: &str, what: &'static str, per_s: f64, retry_after: u64) -> Self {

@@ -58,7 +58,7 @@ pub use admin::{AdminToken, admin_app};
 #[cfg(test)]
 pub(crate) use assemble::SseAssembler;
 pub use classify::{ClassifierCounts, RuleCounts};
-pub use disagg::DisaggConvention;
+pub use disagg::{DisaggConvention, PREFILL_HEADER};
 pub use error::{ApiError, Stage};
 pub use handlers::CLASS_HEADER;
 pub use limits::{Deadline, Limits, longest_run};
@@ -136,6 +136,9 @@ pub struct AppState {
     pub decode: Option<RouterHandle>,
     /// How the two legs of a disaggregated request meet (vLLM or SGLang, see `disagg`).
     pub convention: DisaggConvention,
+    /// Conditional disaggregation: when a disaggregated request is prefilled by its decode
+    /// worker (`disagg/local.rs`; off by default).
+    pub local_prefill: router_core::LocalPrefillRule,
     pub directory: Arc<dyn WorkerDirectory>,
     /// The HTTP client of the upstream legs.
     pub http: UpstreamClient,
@@ -207,6 +210,7 @@ impl AppState {
             router,
             decode: None,
             convention: DisaggConvention::default(),
+            local_prefill: router_core::LocalPrefillRule::default(),
             directory,
             http: limits.http_client(),
             upstream_urls: Arc::default(),
@@ -250,6 +254,12 @@ impl AppState {
     /// paired decode pool's (the directory must know both pools' workers).
     pub fn with_decode(mut self, decode: RouterHandle) -> Self {
         self.decode = Some(decode);
+        self
+    }
+
+    /// Sets when a disaggregated request is prefilled by its decode worker.
+    pub fn with_local_prefill(mut self, rule: router_core::LocalPrefillRule) -> Self {
+        self.local_prefill = rule;
         self
     }
 

@@ -12,10 +12,15 @@
 //! more needs is taken after ([`permitted`]), so no early answer leaves a booking behind.
 
 use super::AppState;
-use super::admit::Class;
+use super::admit::{Class, admit, route_request};
 use super::error::{ApiError, Unreached, UnreachedCause};
-use super::proxy::BookingGuard;
-use router_core::{RouteRequest, WorkerId};
+use super::openai::ParsedRequest;
+use super::proxy::{BookingGuard, Target, forward, never_reached};
+use crate::metrics::RequestObserver;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use router_actors::RouterHandle;
+use router_core::{Phase, Prompt, RequestId, RouteRequest, WorkerId};
 use tokio::sync::OwnedSemaphorePermit;
 
 /// Placements of one leg: the first, and one more when it never reached its worker.
@@ -107,4 +112,47 @@ fn permit(
 ) -> Option<OwnedSemaphorePermit> {
     slot.take()
         .or_else(|| state.permits.clone().try_acquire_owned().ok())
+}
+
+/// A one-leg request on `router` (`phase`, the `pool` label): admitted, forwarded, and placed
+/// once more elsewhere when its worker was never reached (nothing reached the client yet;
+/// ejected workers are avoided from the start). The aggregated path, and a disaggregated
+/// request its decode worker prefills (`disagg/local.rs`).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn single_leg(
+    state: &AppState,
+    router: &RouterHandle,
+    (phase, pool): (Phase, &'static str),
+    request: &ParsedRequest,
+    prompt: &Prompt,
+    class: &Class,
+    headers: &HeaderMap,
+    permit: OwnedSemaphorePermit,
+    observer: &mut RequestObserver,
+) -> Result<Response, ApiError> {
+    let mut placements = Placements::new(state);
+    let mut permit = Some(permit);
+    loop {
+        let id = RequestId(uuid::Uuid::now_v7());
+        let mut route = route_request(state, id, class, phase, prompt.clone(), request);
+        placements.narrow(state, &mut route);
+        let admission = admit(state, router, class, route).await?;
+        observer.admitted(prompt.tokens(), admission.prefix);
+        let worker = admission.rank.worker;
+        // No await between the admission and the guard: a dropped handler never leaks a
+        // booking, nor does a node saturated before a second placement (the guard releases it).
+        let booking = BookingGuard::new(router.clone(), id, state.metrics.clone());
+        let guard = permitted(state, booking, &mut permit)?;
+        let target = Target { worker, pool };
+        match forward(state, request, target, headers, guard, observer).await {
+            // The failed attempt's guard gave the permit back: the next one takes it again.
+            Err(e) if never_reached(&e) => placements.refused(state, class, pool, e)?,
+            answer => {
+                if answer.is_ok() {
+                    state.breaker.reached(worker);
+                }
+                return answer;
+            }
+        }
+    }
 }

@@ -154,6 +154,21 @@ impl Metrics {
         self
     }
 
+    /// Where a disaggregated request's prefill runs (conditional disaggregation on).
+    pub fn prefill_place(&self, place: router_core::PrefillPlace) {
+        let reason = match place {
+            router_core::PrefillPlace::Remote => "rule",
+            router_core::PrefillPlace::Local { reason } => reason.label(),
+        };
+        self.http
+            .prefill_places
+            .get_or_create(&vec![
+                ("place", place.label().to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
+    }
+
     /// Observes a model's pool at every scrape too, its series labelled `model`.
     pub fn add_pool(&self, model: String, node: NodeSources) {
         self.pools.rcu(|pools| {

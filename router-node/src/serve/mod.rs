@@ -195,6 +195,7 @@ async fn serve_node(
     .with_models(config.http.models.iter().cloned())
     .with_prompter(prompter)
     .with_forward_token_ids(config.tokenizer.forward_token_ids)
+    .with_local_prefill(config.disagg.local_prefill())
     .with_alive(all_alive)
     .with_bus_status(parts::bus_status(node));
     // `/metrics` observes the node's actors at each scrape. Set before the app exists, so

@@ -208,6 +208,37 @@ async fn a_good_key_gets_its_answer_and_a_class_it_may_not_use_is_403() {
 }
 
 #[tokio::test]
+async fn a_key_that_names_its_models_may_use_only_those() {
+    let key = generate_key().unwrap();
+    let (node, worker) = keyed_node(
+        PROFILE,
+        &entry(
+            "sql-team",
+            &key,
+            "classes = [\"interactive\"]\nmodels = [\"m\", \"sql\"]",
+        ),
+    )
+    .await;
+    assert_eq!(send(&node, Some(&key), small()).await.status(), 200);
+    let other = json!({"model": "big-model", "prompt": "hello", "max_tokens": 4});
+    let refused = send(&node, Some(&key), other).await;
+    assert_eq!(refused.status(), 403);
+    let error = error_of(refused).await;
+    assert_eq!(error["reason"], "model_not_entitled", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("big-model") && message.contains("sql-team"),
+        "{message}"
+    );
+    assert_eq!(
+        worker.seen.lock().unwrap().len(),
+        1,
+        "the refused one never reached it"
+    );
+    node.assert_idle().await;
+}
+
+#[tokio::test]
 async fn the_keys_default_class_runs_requests_that_name_none() {
     let key = generate_key().unwrap();
     let (node, _worker) = keyed_node(

@@ -17,6 +17,7 @@ mod api_keys;
 mod classifiers;
 mod connection_limits;
 mod disagg_frontend;
+mod disagg_local;
 mod disagg_sglang;
 mod engine_fields;
 mod http_frontend;

@@ -156,6 +156,11 @@ impl Fleet {
     /// The frontend over the node's two pools, once the node admits and both pools know
     /// their worker.
     pub(crate) async fn frontend(self) -> Frontend {
+        self.frontend_tuned(|state| state).await
+    }
+
+    /// [`Self::frontend`] with its state changed by `tune` first.
+    pub(crate) async fn frontend_tuned(self, tune: impl FnOnce(AppState) -> AppState) -> Frontend {
         let mut ready = self.node.ready();
         tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
             .await
@@ -179,6 +184,7 @@ impl Fleet {
         )
         .with_decode(decode.clone())
         .with_convention(super::CONVENTION);
+        let state = tune(state);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();

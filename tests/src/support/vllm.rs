@@ -29,6 +29,32 @@ pub fn require_vllm() {
     );
 }
 
+/// The second tiny model (another tokenizer: 600 tokens) and its LoRA adapter, made by
+/// `scripts/make-tiny-model.py .tools/models/tiny-llama-b --vocab-size 600 --lora-out
+/// .tools/models/tiny-llama-b-lora`.
+pub fn tiny_model_b() -> PathBuf {
+    let path = workspace_root().join(".tools/models/tiny-llama-b");
+    path.canonicalize().unwrap_or(path)
+}
+
+/// The LoRA adapter of [`tiny_model_b`].
+pub fn tiny_lora_b() -> PathBuf {
+    let path = workspace_root().join(".tools/models/tiny-llama-b-lora");
+    path.canonicalize().unwrap_or(path)
+}
+
+/// How one engine is started besides its name.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// The model directory (default: [`tiny_model`]).
+    pub model: Option<PathBuf>,
+    pub num_gpu_blocks: Option<u32>,
+    /// The publisher gets a concrete address, which vLLM connects to: the link must bind.
+    pub kv_connect: bool,
+    /// More vLLM arguments, last (`--block-size 64`, `--enable-lora`, ...).
+    pub extra: Vec<String>,
+}
+
 /// One running (or killed) engine.
 #[derive(Debug)]
 pub struct VllmEngine {
@@ -36,7 +62,7 @@ pub struct VllmEngine {
     pub port: u16,
     pub kv_port: u16,
     pub replay_port: u16,
-    num_gpu_blocks: Option<u32>,
+    options: EngineOptions,
     dir: TempDir,
 }
 
@@ -46,13 +72,24 @@ impl VllmEngine {
     /// engines starting side by side have, rarely, failed their engine core's start-up (a
     /// port another process took between our pick and vLLM's bind).
     pub fn start(name: &str, num_gpu_blocks: Option<u32>) -> Self {
+        Self::start_with(
+            name,
+            EngineOptions {
+                num_gpu_blocks,
+                ..EngineOptions::default()
+            },
+        )
+    }
+
+    /// [`VllmEngine::start`] with `options`.
+    pub fn start_with(name: &str, options: EngineOptions) -> Self {
         let attempt = || {
             let engine = Self {
                 name: name.to_owned(),
                 port: free_port(),
                 kv_port: free_port(),
                 replay_port: free_port(),
-                num_gpu_blocks,
+                options: options.clone(),
                 dir: TempDir::new("vllm"),
             };
             engine.launch().map(|()| engine)
@@ -60,6 +97,23 @@ impl VllmEngine {
         attempt().unwrap_or_else(|first| {
             eprintln!("{name}: the engine did not start, once more on fresh ports:\n{first}");
             attempt().unwrap_or_else(|second| panic!("{second}"))
+        })
+    }
+
+    /// Starts several engines with their options at once.
+    pub fn start_all_with(specs: &[(&str, EngineOptions)]) -> Vec<Self> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = specs
+                .iter()
+                .map(|(name, options)| s.spawn(move || Self::start_with(name, options.clone())))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| panic!("an engine failed to start"))
+                })
+                .collect()
         })
     }
 
@@ -82,16 +136,23 @@ impl VllmEngine {
 
     fn launch(&self) -> Result<(), String> {
         let mut command = Command::new(workspace_root().join("scripts/start-vllm.sh"));
+        let model = self.options.model.clone().unwrap_or_else(tiny_model);
         command
             .arg("--model")
-            .arg(tiny_model())
+            .arg(model)
             .args(["--port", &self.port.to_string()])
             .args(["--kv-port", &self.kv_port.to_string()])
             .args(["--replay-port", &self.replay_port.to_string()])
             .arg("--run-dir")
             .arg(self.dir.path());
-        if let Some(blocks) = self.num_gpu_blocks {
+        if let Some(blocks) = self.options.num_gpu_blocks {
             command.args(["--num-gpu-blocks", &blocks.to_string()]);
+        }
+        if self.options.kv_connect {
+            command.arg("--kv-connect");
+        }
+        if !self.options.extra.is_empty() {
+            command.arg("--").args(&self.options.extra);
         }
         let out = command
             .output()

@@ -1,5 +1,6 @@
 //! The disaggregated request path: a prefill leg and a decode leg under one request id
-//! (used when [`AppState::decode`] names a decode pool).
+//! (used when [`AppState::decode`] names a decode pool), or, when conditional
+//! disaggregation says so (`local.rs`), one leg its decode worker prefills.
 //!
 //! 1. The prefill leg is routed on the prefill router (`Phase::Prefill`). That call is the
 //!    only admission gate: class queueing and deadline, the decode-room check and the
@@ -62,8 +63,11 @@
 //!    same bootstrap room; a prefill worker that refuses it cancels the decode leg already
 //!    sent, and both legs are placed again with that prefill worker left out.
 
+mod local;
 mod prefill;
 mod sglang;
+
+pub use local::PREFILL_HEADER;
 
 use prefill::prefill_leg;
 pub(super) use prefill::{one_token_leg, prefill_answer, prefill_call, prefill_span};
@@ -78,7 +82,7 @@ use crate::metrics::RequestObserver;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use router_actors::RouterHandle;
-use router_core::{Phase, Prompt, RequestId, RouteRequest, WorkerId};
+use router_core::{Phase, PrefillPlace, Prompt, RequestId, RouteRequest, WorkerId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -141,9 +145,8 @@ impl Drop for PrefillHold {
     }
 }
 
-/// Runs both legs of one request and answers the client. A prefill leg whose worker refused
-/// the connection is placed once more on another prefill worker (`frontend/placement.rs`); so is a decode
-/// leg on another decode worker ([`send_decode`]).
+/// Runs one request and answers the client: both legs, or, when conditional
+/// disaggregation says so, one leg its decode worker prefills (`local.rs`).
 pub(super) async fn admit_and_forward(
     state: &AppState,
     decode: &RouterHandle,
@@ -163,6 +166,39 @@ pub(super) async fn admit_and_forward(
         class,
         headers,
     };
+    let place = local::before_gate(state, decode, &legs);
+    if place != PrefillPlace::Remote {
+        return local::serve(state, decode, &legs, place, permit, observer).await;
+    }
+    match remote(state, decode, &legs, permit, observer).await {
+        Remote::Answered(answer) => local::said(state, PrefillPlace::Remote, answer),
+        Remote::WouldWait(permit) => {
+            let place = state.local_prefill.prefill_would_wait();
+            local::serve(state, decode, &legs, place, permit, observer).await
+        }
+    }
+}
+
+/// How a remote prefill ended.
+enum Remote {
+    Answered(Result<Response, ApiError>),
+    /// The prefill gate would have made it wait, and the rule sends such requests to the
+    /// decode pool's gate: nothing was booked; the permit comes back.
+    WouldWait(OwnedSemaphorePermit),
+}
+
+/// Both legs. A prefill leg whose worker refused the connection is placed once more on
+/// another prefill worker (`frontend/placement.rs`); so is a decode leg on another decode
+/// worker ([`send_decode`]).
+async fn remote(
+    state: &AppState,
+    decode: &RouterHandle,
+    legs: &Legs<'_>,
+    permit: OwnedSemaphorePermit,
+    observer: &mut RequestObserver,
+) -> Remote {
+    let (class, headers) = (legs.class, legs.headers);
+    let bypass_waits = state.local_prefill.when_prefill_waits;
     let mut permit = Some(permit);
     let mut placements = Placements::new(state);
     let mut refusal: Option<ApiError> = None;
@@ -170,10 +206,19 @@ pub(super) async fn admit_and_forward(
         let id = RequestId(uuid::Uuid::now_v7());
         let mut route = legs.route(state, id, Phase::Prefill);
         placements.narrow(state, &mut route);
+        // The first placement only: a second one follows a refused worker.
+        let first = refusal.is_none();
+        route.do_not_queue |= bypass_waits && first;
         let admission = match admit(state, &state.router, class, route).await {
             Ok(admission) => admission,
+            Err(e) if e.would_wait && bypass_waits && first => {
+                if let Some(permit) = permit.take() {
+                    return Remote::WouldWait(permit);
+                }
+                return Remote::Answered(Err(e));
+            }
             // A second placement that finds no room answers with what failed first.
-            Err(e) => return Err(refusal.take().unwrap_or(e)),
+            Err(e) => return Remote::Answered(Err(refusal.take().unwrap_or(e))),
         };
         observer.admitted(legs.prompt.tokens(), admission.prefix);
         let worker = admission.rank.worker;
@@ -189,24 +234,15 @@ pub(super) async fn admit_and_forward(
             reserved: true,
         };
         let answer = if state.convention == DisaggConvention::Sglang {
-            sglang::legs(
-                state,
-                decode,
-                &legs,
-                id,
-                worker,
-                hold,
-                &mut permit,
-                observer,
-            )
-            .await
+            sglang::legs(state, decode, legs, id, worker, hold, &mut permit, observer).await
         } else {
             match prefill_leg(state, &legs.request, worker, headers).await {
                 Ok(params) => {
                     state.breaker.reached(worker);
                     hold.staged();
-                    return vllm_decode(state, decode, &legs, id, hold, params, permit, observer)
-                        .await;
+                    return Remote::Answered(
+                        vllm_decode(state, decode, legs, id, hold, params, permit, observer).await,
+                    );
                 }
                 Err(e) => Err(e),
             }
@@ -217,10 +253,12 @@ pub(super) async fn admit_and_forward(
             Err(e) if e.unreached.is_some_and(|u| u.worker == worker) => {
                 // The hold (or the SGLang legs) went with the attempt: both bookings and the
                 // reservation are released.
-                placements.refused(state, class, "prefill", e.clone())?;
+                if let Err(e) = placements.refused(state, class, "prefill", e.clone()) {
+                    return Remote::Answered(Err(e));
+                }
                 refusal = Some(e);
             }
-            answer => return answer,
+            answer => return Remote::Answered(answer),
         }
     }
 }

@@ -32,6 +32,7 @@ pub(in crate::metrics) struct HttpFamilies {
     pub output_tokens: Counters,
     pub prefix_matched: Counters,
     pub prefix_prompt: Counters,
+    pub prefill_places: Counters,
     pub upstream_requests: Counters,
     pub upstream_errors: Counters,
     pub build_info: Gauges,
@@ -63,6 +64,7 @@ impl HttpFamilies {
             output_tokens: Counters::default(),
             prefix_matched: Counters::default(),
             prefix_prompt: Counters::default(),
+            prefill_places: Counters::default(),
             upstream_requests: Counters::default(),
             upstream_errors: Counters::default(),
             build_info: Gauges::default(),
@@ -200,6 +202,11 @@ impl HttpFamilies {
             "prefix_prompt_blocks",
             "Full prompt blocks of admitted requests (the prefix-hit ratio's denominator), by pool",
             self.prefix_prompt.clone(),
+        );
+        r.register(
+            "disagg_prefills",
+            "Disaggregated requests with conditional disaggregation on, by where their prefill ran (remote: a prefill worker; local: the decode worker) and why",
+            self.prefill_places.clone(),
         );
         r.register(
             "upstream_requests",
