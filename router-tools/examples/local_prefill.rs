@@ -76,7 +76,6 @@ impl Kind {
             Self::Short | Self::FollowUp => Duration::from_millis(500),
         }
     }
-
 }
 
 /// A small deterministic generator (the workload is the same for every rule).
@@ -174,9 +173,7 @@ async fn fleet(
     config.disagg.local_prefill_below_tokens = below;
     config.disagg.local_prefill_when_prefill_waits = waits;
     config.validate().map_err(|e| e.to_string())?;
-    let listeners = Listeners::bind(&config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let listeners = Listeners::bind(&config).await.map_err(|e| e.to_string())?;
     let url = format!(
         "http://{}",
         listeners.public.local_addr().map_err(|e| e.to_string())?

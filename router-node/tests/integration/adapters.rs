@@ -9,23 +9,16 @@ use router_core::WorkerId;
 use router_sim::SimWorker;
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// A simulated worker on the node's bus, serving `loras` beside its base model `sim`.
 async fn sim_worker(node: &Served, cluster: &str, id: u64, loras: &[&str]) -> SimWorker {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cfg = router_sim::SimConfig {
+    node.sim_worker(router_sim::SimConfig {
         worker_id: WorkerId(id),
         cluster: cluster.to_owned(),
         loras: loras.iter().map(|l| (*l).to_owned()).collect(),
-        speedup: 50.0,
-        heartbeat: Duration::from_millis(50),
-        lease: Duration::from_millis(1_000),
         ..support::sim_config()
-    };
-    SimWorker::start(listener, node.bus.clone(), cfg)
-        .await
-        .unwrap()
+    })
+    .await
 }
 
 async fn models(node: &Served) -> Vec<Value> {
@@ -34,25 +27,12 @@ async fn models(node: &Served) -> Vec<Value> {
 }
 
 async fn complete(node: &Served, body: Value) -> reqwest::Response {
-    node.http
-        .post(format!("{}/v1/completions", node.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    node.complete(body).await
 }
 
 /// The node's `switchyard_prefix_matched_blocks_total` for the aggregated pool.
 async fn matched_blocks(node: &Served) -> u64 {
-    let text = node
-        .http
-        .get(format!("{}/metrics", node.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = node.admin_text("/metrics").await;
     text.lines()
         .find(|l| l.starts_with("switchyard_prefix_matched_blocks_total{pool=\"aggregated\"}"))
         .and_then(|l| l.rsplit(' ').next())
@@ -60,7 +40,7 @@ async fn matched_blocks(node: &Served) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
-async fn requests_served(worker: &SimWorker) -> u64 {
+pub(crate) async fn requests_served(worker: &SimWorker) -> u64 {
     worker.engine().unwrap().load().await.unwrap().requests
 }
 

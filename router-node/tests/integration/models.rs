@@ -9,7 +9,6 @@ use router_node::config::{Config, ModelSection};
 use router_sim::SimWorker;
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// A simulated worker of `model` in that model's pool, storing blocks of `block_size`.
 async fn worker_of(
@@ -19,20 +18,14 @@ async fn worker_of(
     model: &str,
     block_size: usize,
 ) -> SimWorker {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cfg = router_sim::SimConfig {
+    node.sim_worker(router_sim::SimConfig {
         worker_id: WorkerId(id),
         cluster: router_actors::wire::pool_cluster(cluster, model),
         model: model.to_owned(),
         block_size,
-        speedup: 50.0,
-        heartbeat: Duration::from_millis(50),
-        lease: Duration::from_millis(1_000),
         ..support::sim_config()
-    };
-    SimWorker::start(listener, node.bus.clone(), cfg)
-        .await
-        .unwrap()
+    })
+    .await
 }
 
 fn two_models() -> Config {
@@ -51,17 +44,11 @@ fn two_models() -> Config {
 }
 
 async fn complete(node: &Served, model: &str, prompt: &str) -> reqwest::Response {
-    node.http
-        .post(format!("{}/v1/completions", node.url))
-        .json(&json!({"model": model, "prompt": prompt, "max_tokens": 2}))
-        .send()
+    node.complete(json!({"model": model, "prompt": prompt, "max_tokens": 2}))
         .await
-        .unwrap()
 }
 
-async fn requests_served(worker: &SimWorker) -> u64 {
-    worker.engine().unwrap().load().await.unwrap().requests
-}
+use super::adapters::requests_served;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_model_has_its_pool_and_an_unknown_model_is_a_404() {
@@ -125,28 +112,12 @@ async fn each_model_has_its_pool_and_an_unknown_model_is_a_404() {
     assert_eq!(requests_served(&beta).await, 5);
 
     // Each pool is seen on its own: its series labelled with its model, its actors' state.
-    let metrics = node
-        .http
-        .get(format!("{}/metrics", node.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.admin_text("/metrics").await;
     for model in ["alpha", "beta"] {
         let series = format!("switchyard_registered_workers{{model=\"{model}\"");
         assert!(metrics.contains(&series), "no {series} in:\n{metrics}");
     }
-    let state: Value = node
-        .http
-        .get(format!("{}/debug/state", node.admin))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state: Value = serde_json::from_str(&node.admin_text("/debug/state").await).unwrap();
     for model in ["alpha", "beta"] {
         let workers = &state["pools"][model]["registry"]["workers"];
         assert_eq!(

@@ -99,6 +99,43 @@ impl Served {
         .unwrap()
     }
 
+    /// A simulated worker on the node's bus, as `cfg` has it (its cluster the node's, or a
+    /// model's pool's), heart-beating every 50 ms.
+    pub(crate) async fn sim_worker(&self, cfg: router_sim::SimConfig) -> router_sim::SimWorker {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cfg = router_sim::SimConfig {
+            speedup: 50.0,
+            heartbeat: Duration::from_millis(50),
+            lease: Duration::from_millis(1_000),
+            ..cfg
+        };
+        router_sim::SimWorker::start(listener, self.bus.clone(), cfg)
+            .await
+            .unwrap()
+    }
+
+    /// Posts `body` to `/v1/completions`.
+    pub(crate) async fn complete(&self, body: serde_json::Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/completions", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The admin listener's `path`, as text.
+    pub(crate) async fn admin_text(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub(crate) async fn stop(mut self) -> Result<(), ServeError> {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(10), self.done)

@@ -100,7 +100,8 @@ impl VllmEngine {
         })
     }
 
-    /// Starts several engines with their options at once.
+    /// Starts several engines with their options at once (start-up is mostly Python
+    /// imports: in parallel).
     pub fn start_all_with(specs: &[(&str, EngineOptions)]) -> Vec<Self> {
         std::thread::scope(|s| {
             let handles: Vec<_> = specs
@@ -119,19 +120,17 @@ impl VllmEngine {
 
     /// Starts several engines at once (start-up is mostly Python imports: in parallel).
     pub fn start_all(specs: &[(&str, Option<u32>)]) -> Vec<Self> {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = specs
-                .iter()
-                .map(|(name, blocks)| s.spawn(move || Self::start(name, *blocks)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| panic!("an engine failed to start"))
-                })
-                .collect()
-        })
+        let specs: Vec<(&str, EngineOptions)> = specs
+            .iter()
+            .map(|(name, num_gpu_blocks)| {
+                let options = EngineOptions {
+                    num_gpu_blocks: *num_gpu_blocks,
+                    ..EngineOptions::default()
+                };
+                (*name, options)
+            })
+            .collect();
+        Self::start_all_with(&specs)
     }
 
     fn launch(&self) -> Result<(), String> {
