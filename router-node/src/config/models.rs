@@ -8,6 +8,7 @@
 //! model_dir = "/models/llama-3-8b"  # its tokenizer and chat template (else [tokenizer]'s)
 //! block_size = 16                   # absent: learned from its [[engines]], else node.block_size
 //! topology = "aggregated"           # absent: node.topology
+//! local_prefill_below_tokens = 512   # absent: [disagg]'s (conditional disaggregation)
 //! ```
 //!
 //! An `[[engines]]` entry joins a pool by `model` (a `[[models]]` name; an entry naming a
@@ -40,6 +41,12 @@ pub struct ModelSection {
     /// Absent: `node.topology`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyKind>,
+    /// Conditional disaggregation for this model's pool; absent: `[disagg]`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_prefill_below_tokens: Option<u64>,
+    /// Absent: `[disagg]`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_prefill_when_prefill_waits: Option<bool>,
 }
 
 /// A pool the node runs.
@@ -56,6 +63,8 @@ pub struct PoolPlan {
     /// `None`: learned from its engines before the pool starts.
     pub block_size: Option<u32>,
     pub topology: TopologyKind,
+    /// When its disaggregated requests are prefilled by their decode worker.
+    pub local_prefill: router_core::LocalPrefillRule,
     /// Its `[[engines]]` entries, by index.
     pub engines: Vec<usize>,
 }
@@ -72,6 +81,7 @@ impl Config {
     /// engines make, then the default pool when it runs (module docs).
     pub fn pool_plans(&self) -> Vec<PoolPlan> {
         let node = &self.node;
+        let local_prefill = self.disagg.local_prefill();
         let mut plans: Vec<PoolPlan> = self
             .models
             .iter()
@@ -81,6 +91,14 @@ impl Config {
                 model_dir: m.model_dir.clone(),
                 block_size: m.block_size,
                 topology: m.topology.unwrap_or(node.topology),
+                local_prefill: router_core::LocalPrefillRule {
+                    below_uncached_tokens: m
+                        .local_prefill_below_tokens
+                        .unwrap_or(local_prefill.below_uncached_tokens),
+                    when_prefill_waits: m
+                        .local_prefill_when_prefill_waits
+                        .unwrap_or(local_prefill.when_prefill_waits),
+                },
                 engines: Vec::new(),
             })
             .collect();
@@ -105,6 +123,7 @@ impl Config {
                     model_dir: engine.model_dir.clone(),
                     block_size: None,
                     topology: node.topology,
+                    local_prefill,
                     engines: Vec::new(),
                 });
                 plans.len() - 1
@@ -124,6 +143,7 @@ impl Config {
                 model_dir: None,
                 block_size: Some(node.block_size),
                 topology: node.topology,
+                local_prefill,
                 engines: default_engines,
             });
         }
@@ -228,6 +248,7 @@ mod tests {
     #[test]
     fn models_entries_take_their_engines_and_keep_their_own_settings() {
         let text = "[[models]]\nname = \"big\"\nblock_size = 64\ntopology = \"disaggregated\"\n\
+                    local_prefill_below_tokens = 256\n\
                     [[models]]\nname = \"small\"\n\
                     [[engines]]\nkind = \"vllm\"\nurl = \"http://a:1\"\nmodel = \"big\"\nrole = \"prefill\"\n";
         let plans = parse(text).unwrap().pool_plans();
@@ -235,6 +256,11 @@ mod tests {
         assert_eq!(plans[0].names, vec!["big".to_owned()]);
         assert_eq!(plans[0].block_size, Some(64));
         assert_eq!(plans[0].topology, TopologyKind::Disaggregated);
+        assert_eq!(plans[0].local_prefill.below_uncached_tokens, 256, "its own");
+        assert_eq!(
+            plans[1].local_prefill.below_uncached_tokens, 0,
+            "[disagg]'s"
+        );
         assert_eq!(plans[0].engines, vec![0]);
         assert_eq!(plans[1].block_size, Some(16), "no engines: node.block_size");
     }

@@ -309,6 +309,7 @@ impl AppState {
             router: pool.router.clone(),
             decode: pool.decode.clone(),
             convention: pool.convention,
+            local_prefill: pool.local_prefill,
             directory: Arc::clone(&pool.directory),
             prompter: pool.prompter.clone(),
             ..self.clone()

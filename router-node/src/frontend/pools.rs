@@ -26,6 +26,8 @@ pub struct Pool {
     /// The paired decode router, when disaggregated.
     pub decode: Option<RouterHandle>,
     pub convention: DisaggConvention,
+    /// When its disaggregated requests are prefilled by their decode worker.
+    pub local_prefill: router_core::LocalPrefillRule,
     pub prompter: Prompter,
     pub directory: Arc<dyn WorkerDirectory>,
 }

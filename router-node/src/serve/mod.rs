@@ -221,6 +221,7 @@ async fn serve_node(
             router: state.router.clone(),
             decode: state.decode.clone(),
             convention: state.convention,
+            local_prefill: state.local_prefill,
             prompter: state.prompter.clone(),
             directory: Arc::clone(&state.directory),
         });

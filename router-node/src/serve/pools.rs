@@ -137,6 +137,7 @@ async fn start_pool(
         router,
         decode,
         convention: config.disagg.convention,
+        local_prefill: plan.local_prefill,
         prompter,
         directory: Arc::new(RegistryDirectory(node.registry().clone())),
     });

@@ -37,6 +37,8 @@ fn two_models() -> Config {
             model_dir: None,
             block_size: Some(block_size),
             topology: None,
+            local_prefill_below_tokens: None,
+            local_prefill_when_prefill_waits: None,
         });
     }
     config.validate().unwrap();
