@@ -5,6 +5,7 @@
 //! numbers of its own: time, randomness and ids come in as arguments, and decisions come
 //! out as values with reasons. The actor layer (`router-actors`) carries them out.
 
+pub mod adapters;
 pub mod admission;
 pub mod breaker;
 pub mod credits;
@@ -21,6 +22,7 @@ pub mod select;
 pub mod time;
 pub mod worker;
 
+pub use adapters::{AdapterFit, AdapterResidency};
 pub use admission::{
     Admission, AdmissionRequest, DecodeReservation, DecodeRoomView, Outcome, Phase, PoolRole,
     PrefixHit, RejectReason, RoomWant, Scheduler, SchedulerConfig,

@@ -44,6 +44,9 @@ pub struct EngineReport {
     /// SGLang's `prompt_tokens_total` counter), when it reports them: an engine whose count
     /// grows serves requests, so it should be storing KV blocks and saying so.
     pub prompt_tokens: Option<u64>,
+    /// Its LoRA adapter slots (vLLM's `vllm:lora_requests_info`: the newest sample's
+    /// `running_lora_adapters` and `max_lora`), when it reports them.
+    pub adapters: Option<router_core::AdapterResidency>,
     /// Lines the parser could not read (the rest of the scrape is still used).
     pub unreadable: usize,
 }
@@ -126,6 +129,10 @@ pub fn read_metrics(kind: EngineKind, text: &str) -> EngineReport {
             report.capacity = report.capacity.or_else(|| vllm_capacity(metric));
             continue;
         }
+        if kind == EngineKind::Vllm && metric.name == "vllm:lora_requests_info" {
+            report.adapters = vllm_adapters(metric);
+            continue;
+        }
         // A counter: the parser may give its family name or the sample's `_total` one.
         if metric.name.strip_suffix("_total").unwrap_or(&metric.name) == names.prompt_tokens {
             let total: f64 = metric
@@ -164,6 +171,28 @@ pub fn read_metrics(kind: EngineKind, text: &str) -> EngineReport {
         }
     }
     report
+}
+
+/// vLLM's adapter slots: the gauge's value is the time of each state it saw, so the newest
+/// sample is the current one (`running_lora_adapters` comma-separated, `max_lora`).
+fn vllm_adapters(metric: &Metric) -> Option<router_core::AdapterResidency> {
+    let newest = metric
+        .samples
+        .iter()
+        .filter_map(|s| Some((s.value.value.as_str().parse::<f64>().ok()?, s)))
+        .filter(|(v, _)| v.is_finite())
+        .max_by(|a, b| a.0.total_cmp(&b.0))?
+        .1;
+    let running = label(&newest.labels, "running_lora_adapters")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && a.len() <= router_core::worker::MAX_MODEL_NAME)
+        .take(router_core::worker::MAX_LORAS)
+        .map(str::to_owned)
+        .collect();
+    let slots = label(&newest.labels, "max_lora").and_then(|m| m.parse().ok());
+    Some(router_core::AdapterResidency { running, slots })
 }
 
 /// vLLM keeps one of its `num_gpu_blocks` as a null block that never holds KV: the usable
@@ -268,6 +297,23 @@ pub fn read_models(json: &[u8]) -> Option<ServedModels> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adapter_slots_are_the_newest_sample_of_the_lora_gauge() {
+        let text = "# TYPE vllm:lora_requests_info gauge\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql,chat\",waiting_lora_adapters=\"\"} 1.7964687529705534e+09\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} 1.796468752980275e+09\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"sql\",waiting_lora_adapters=\"\"} 1.796468753e+09\n";
+        let report = read_metrics(EngineKind::Vllm, text);
+        assert_eq!(
+            report.adapters,
+            Some(router_core::AdapterResidency {
+                running: vec!["sql".to_owned()],
+                slots: Some(2),
+            })
+        );
+        assert_eq!(read_metrics(EngineKind::Vllm, "").adapters, None);
+    }
 
     #[test]
     fn the_model_its_adapters_and_context_length_from_the_model_list() {

@@ -297,7 +297,7 @@ impl RegistryState {
             return;
         }
         self.counters.load_reports += 1;
-        let body = envelope.body;
+        let mut body = envelope.body;
         entry.load.insert(
             body.dp_rank,
             RankLoadView {
@@ -307,6 +307,12 @@ impl RegistryState {
                 running: body.running,
             },
         );
+        // The engine's adapter slots: a placement hint for its pool's router.
+        if let Some(adapters) = body.adapters.take()
+            && let Some(router) = self.router(subject_pool)
+        {
+            let _ = router.set_adapters(body.worker, adapters);
+        }
     }
 
     /// After every message: publish the directory if it changed, and keep one timer armed

@@ -211,6 +211,15 @@ impl RouterHandle {
         self.cast(RouterMsg::UpsertWorker(spec))
     }
 
+    /// What a worker's engine reports of its LoRA adapter slots.
+    pub fn set_adapters(
+        &self,
+        id: WorkerId,
+        adapters: router_core::AdapterResidency,
+    ) -> Result<(), ActorGone> {
+        self.cast(RouterMsg::SetAdapters(id, adapters))
+    }
+
     pub fn remove_worker(&self, id: WorkerId) -> Result<(), ActorGone> {
         self.cast(RouterMsg::RemoveWorker(id))
     }

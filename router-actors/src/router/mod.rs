@@ -122,6 +122,8 @@ pub enum RouterMsg {
     Cancel(RequestId),
     UpsertWorker(WorkerSpec),
     RemoveWorker(WorkerId),
+    /// A worker's engine reports its LoRA adapter slots (a placement hint).
+    SetAdapters(WorkerId, router_core::AdapterResidency),
     /// Decode pool: hold room for a request admitted by the node's prefill pool.
     Reserve(DecodeReservation),
     /// Decode pool: the prefill leg failed or was cancelled; give the room back.
@@ -251,6 +253,7 @@ impl Actor for RouterActor {
             RouterMsg::Cancel(id) => state.cancel(id),
             RouterMsg::UpsertWorker(spec) => state.upsert_worker(spec),
             RouterMsg::RemoveWorker(id) => state.remove_worker(id),
+            RouterMsg::SetAdapters(id, adapters) => state.router.set_adapters(id, adapters),
             RouterMsg::Reserve(res) => state.reserve(res),
             RouterMsg::Unreserve(id) => state.unreserve(id),
             RouterMsg::Peer {

@@ -72,6 +72,10 @@ fn valid(n: u64) -> Vec<Vec<u8>> {
             kv_used_blocks: n,
             waiting: 1,
             running: 2,
+            adapters: n.is_multiple_of(2).then(|| router_core::AdapterResidency {
+                running: vec!["sql".into()],
+                slots: Some(2),
+            }),
         }),
         seal(BookingMsg::Deltas(vec![
             BookingDelta::Book {

@@ -32,6 +32,9 @@ pub struct WorkerLoad {
     /// Requests the engine is running (absent from older senders: 0).
     #[serde(default)]
     pub running: u64,
+    /// Its LoRA adapter slots, when it reports them (absent from older senders).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapters: Option<router_core::AdapterResidency>,
 }
 
 /// Count and order-independent checksum of a router's live bookings and reservations.

@@ -12,6 +12,8 @@ pub(crate) struct WorkerEntry {
     pub slots: Vec<usize>,
     /// Ranks over a router-wide reject threshold.
     pub over_ranks: usize,
+    /// Its adapter slots, as its engine last reported them.
+    pub adapters: crate::adapters::AdapterResidency,
 }
 
 impl WorkerEntry {
@@ -67,12 +69,18 @@ impl BookingLedger {
                 over_ranks += usize::from(rank.over);
             }
         }
+        let adapters = self
+            .workers
+            .get(&spec.id)
+            .map(|w| w.adapters.clone())
+            .unwrap_or_default();
         self.workers.insert(
             spec.id,
             WorkerEntry {
                 spec,
                 slots: slots.clone(),
                 over_ranks,
+                adapters,
             },
         );
         for slot in slots {
@@ -95,6 +103,23 @@ impl BookingLedger {
         self.epoch += 1;
         self.room_epoch += 1;
         dropped
+    }
+
+    /// What `worker`'s engine reports of its adapter slots (a placement hint, never a
+    /// booking). Unknown workers are ignored.
+    pub fn set_adapters(&mut self, worker: WorkerId, adapters: crate::adapters::AdapterResidency) {
+        if let Some(entry) = self.workers.get_mut(&worker) {
+            entry.adapters = adapters;
+        }
+    }
+
+    /// What a request for `adapter` finds on `worker`.
+    pub fn adapter_fit(&self, worker: WorkerId, adapter: &str) -> crate::adapters::AdapterFit {
+        self.workers
+            .get(&worker)
+            .map_or(crate::adapters::AdapterFit::Unknown, |w| {
+                w.adapters.fit(adapter)
+            })
     }
 
     pub fn worker(&self, worker: WorkerId) -> Option<&WorkerSpec> {

@@ -369,6 +369,12 @@ impl PoolRouter {
     }
 
     /// Removes a worker: its index entries and what was booked on it go.
+    /// What `worker`'s engine reports of its LoRA adapter slots: a placement hint for the
+    /// adapters' requests (`crate::adapters`), never a booking.
+    pub fn set_adapters(&mut self, worker: WorkerId, adapters: crate::adapters::AdapterResidency) {
+        self.scheduler.ledger_mut().set_adapters(worker, adapters);
+    }
+
     pub fn remove_worker(&mut self, worker: WorkerId) {
         if let Prefix::Events { index, .. } = &self.prefix {
             index.remove_worker(worker);

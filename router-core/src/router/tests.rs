@@ -425,3 +425,51 @@ fn a_booking_never_released_expires_at_its_lease_end_and_a_released_one_does_not
     );
     assert_eq!(r.ledger().booking_count(), 0);
 }
+
+#[test]
+fn an_adapters_request_prefers_where_it_runs_over_a_free_slot_over_a_wait() {
+    use crate::adapters::AdapterResidency;
+    let mut r = router(PrefixMode::Events);
+    for w in 1..=4 {
+        let mut spec = WorkerSpec::new(w, 1, 10_000, 8192);
+        spec.block_size = BS;
+        spec.loras = vec!["sql".into(), "chat".into(), "code".into()];
+        r.upsert_worker(spec).expect("valid worker");
+    }
+    let slots = |running: &[&str]| AdapterResidency {
+        running: running.iter().map(|s| (*s).to_owned()).collect(),
+        slots: Some(2),
+    };
+    // Worker 1: both slots taken by other adapters; 2: one free; 3 and 4: `sql` runs (their
+    // slots full).
+    r.set_adapters(WorkerId(1), slots(&["chat", "code"]));
+    r.set_adapters(WorkerId(2), slots(&["chat"]));
+    r.set_adapters(WorkerId(3), slots(&["sql", "chat"]));
+    r.set_adapters(WorkerId(4), slots(&["sql", "chat"]));
+    let out = route(&mut r, 2, tokens(10, 64), Some("sql"));
+    let chosen = out.admitted().map(|a| a.rank.worker);
+    assert!(
+        chosen == Some(WorkerId(3)) || chosen == Some(WorkerId(4)),
+        "where `sql` runs: {chosen:?}"
+    );
+    // Nowhere running: a free slot beats a wait.
+    let out = route(&mut r, 3, tokens(11, 64), Some("code"));
+    assert_eq!(
+        out.admitted().map(|a| a.rank.worker),
+        Some(WorkerId(1)),
+        "code runs on 1"
+    );
+    r.set_adapters(WorkerId(1), slots(&["chat", "sql"]));
+    let out = route(&mut r, 4, tokens(12, 64), Some("code"));
+    assert_eq!(
+        out.admitted().map(|a| a.rank.worker),
+        Some(WorkerId(2)),
+        "2 has a free slot"
+    );
+    // Without a report (the engine says nothing of its slots) load alone decides, as before.
+    r.set_adapters(WorkerId(2), AdapterResidency::default());
+    assert_eq!(
+        r.ledger().adapter_fit(WorkerId(2), "code"),
+        crate::adapters::AdapterFit::Unknown
+    );
+}

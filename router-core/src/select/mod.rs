@@ -7,6 +7,9 @@
 //! - temperature 0: the cheapest rank wins, exact ties broken uniformly at random;
 //! - temperature T > 0: a rank is drawn with probability ∝ exp(−(c − cmin) / ((cmax − cmin)·T)).
 //!
+//! A LoRA request's cost also counts what its adapter finds on the worker: running there,
+//! a free slot (a load), or a wait for a slot (`crate::adapters`).
+//!
 //! Eligible means: allowed by the request's [`Eligibility`] (allow-list, LoRA adapter),
 //! worker not overloaded, and, when the class has a decode fraction on this pool, room for
 //! the request's decode blocks.
@@ -208,6 +211,17 @@ fn fits(load: &RankLoad<'_>, request: &SelectionRequest<'_>) -> bool {
         && request
             .need_prefill
             .is_none_or(|tokens| load.prefill_covers(class, tokens))
+}
+
+/// What a LoRA request's adapter costs on `rank`'s worker: 0 where it runs (or the engine
+/// says nothing), a load where a slot is free, more where it must wait for one
+/// (`crate::adapters`). 0 for a request without an adapter.
+fn adapter_cost(ledger: &BookingLedger, request: &SelectionRequest<'_>, rank: RankId) -> f64 {
+    request
+        .eligibility
+        .lora
+        .as_deref()
+        .map_or(0.0, |lora| ledger.adapter_fit(rank.worker, lora).cost())
 }
 
 /// The LoRA narrowing as `eligible_slots` applies it: a worker serving the adapter, unless

@@ -1,10 +1,13 @@
 //! The full scan: score every eligible rank with room, then take the cheapest (uniform
 //! among exact ties) at temperature 0, or sample by softmax over min-max normalised costs
 //! at temperature T > 0. The reference the fast path is held to, and the path for
-//! filtered requests (whose eligible set is already narrowed) and for T > 0.
+//! filtered requests (whose eligible set is already narrowed) and for T > 0. A LoRA
+//! request's cost adds what its adapter finds on the worker (`crate::adapters`).
 
 use super::config::Overlaps;
-use super::{Cheapest, SelectError, Selected, SelectionRequest, Selector, fits, nothing_chosen};
+use super::{
+    Cheapest, SelectError, Selected, SelectionRequest, Selector, adapter_cost, fits, nothing_chosen,
+};
 use crate::ledger::BookingLedger;
 use rand::Rng;
 
@@ -25,7 +28,8 @@ impl Selector {
                 let overlap_blocks = self.prefix_of(&load, request, &overlaps);
                 Selected {
                     rank: load.id(),
-                    cost: self.cost_of(&load, request, overlap_blocks),
+                    cost: self.cost_of(&load, request, overlap_blocks)
+                        + adapter_cost(ledger, request, load.id()),
                     overlap_blocks,
                 }
             });

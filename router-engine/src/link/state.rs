@@ -358,6 +358,8 @@ impl LinkState {
         }
         let blocks = joined.capacity.blocks;
         let mut failed = 0;
+        // The adapter slots are the engine's: said once, with its first rank's load.
+        let mut adapters = report.adapters.clone();
         for (&dp_rank, load) in &report.ranks {
             let body = WorkerLoad {
                 worker: self.config.worker,
@@ -365,6 +367,7 @@ impl LinkState {
                 kv_used_blocks: (load.kv_usage * blocks as f64).round() as u64,
                 waiting: load.waiting,
                 running: load.running,
+                adapters: adapters.take(),
             };
             if joined.link.publish_load(&body).await.is_err() {
                 failed += 1;

@@ -53,6 +53,8 @@ pub struct EngineConfig {
     pub role: Role,
     /// How long a prefill engine keeps a finished request's KV for the decode side.
     pub staging_timeout_us: u64,
+    /// LoRA adapters loaded at once (0: any number, loaded for free).
+    pub max_loras: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,7 +136,7 @@ impl StepOutput {
 }
 
 /// A load snapshot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Load {
     /// Blocks referenced by running or staged requests.
     pub kv_used_blocks: usize,
@@ -144,6 +146,8 @@ pub struct Load {
     pub waiting: usize,
     pub running: usize,
     pub staged: usize,
+    /// LoRA adapters of running requests.
+    pub running_adapters: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -179,6 +183,7 @@ impl Engine {
                 block_size: cfg.block_size,
                 max_num_batched_tokens: cfg.max_num_batched_tokens,
                 max_num_seqs: cfg.max_num_seqs,
+                max_loras: cfg.max_loras,
             },
             pool,
         );
@@ -233,7 +238,8 @@ impl Engine {
             .hash_scope()
             .local_hashes(&req.tokens, self.cfg.block_size, true);
         let blocks = sequence_hashes(&locals).into_iter().zip(locals).collect();
-        let seq = Seq::new(id, prompt_len, blocks, max_tokens, num_tokens, staged);
+        let mut seq = Seq::new(id, prompt_len, blocks, max_tokens, num_tokens, staged);
+        seq.lora = req.scope.lora.as_deref().map(std::sync::Arc::from);
         self.sched.waiting.push_back(seq);
         Ok(())
     }
@@ -333,6 +339,7 @@ impl Engine {
             waiting: self.sched.waiting.len(),
             running: self.sched.running.len(),
             staged: self.staged.len(),
+            running_adapters: self.sched.running_adapters(),
         }
     }
 
@@ -348,6 +355,11 @@ impl Engine {
 
     pub fn preemptions(&self) -> u64 {
         self.sched.preemptions
+    }
+
+    /// LoRA adapters loaded into a slot since the engine started.
+    pub fn lora_loads(&self) -> u64 {
+        self.sched.lora_loads
     }
 
     /// The block pool, for inspection.

@@ -19,6 +19,11 @@
 //!    registered (`Stored`), and a sequence whose `computed` reaches `num_tokens` emits one
 //!    token.
 //!
+//! With `max_loras` set, a waiting sequence of a LoRA adapter that is not loaded needs a
+//! slot: a free one, or one whose adapter no running sequence uses (the least recently
+//! used); loading it adds to the pass's time. A sequence whose adapter gets no slot is
+//! skipped this pass (the others behind it may be admitted), as vLLM does.
+//!
 //! Only prompt blocks are registered; blocks holding generated tokens stay private (the mock
 //! has no real output tokens, so no later prompt could ever match them).
 
@@ -50,6 +55,8 @@ pub struct Seq {
     /// Prompt tokens found in the prefix cache when the sequence was first scheduled
     /// (vLLM's `num_cached_tokens`; a preemption does not change it). `None` until then.
     pub cached_tokens: Option<usize>,
+    /// Its LoRA adapter, if any.
+    pub lora: Option<std::sync::Arc<str>>,
     /// Admission order, for LIFO preemption.
     admitted: u64,
     /// Tokens scheduled in the current pass.
@@ -77,6 +84,7 @@ impl Seq {
             private: 0,
             staged_tokens,
             cached_tokens: None,
+            lora: None,
             admitted: 0,
             scheduled: 0,
         }
@@ -101,6 +109,8 @@ pub struct SchedulerConfig {
     pub block_size: usize,
     pub max_num_batched_tokens: usize,
     pub max_num_seqs: usize,
+    /// LoRA adapters loaded at once (0: any number, never loaded).
+    pub max_loras: usize,
 }
 
 /// What one pass did; finished sequences still hold their blocks.
@@ -121,6 +131,9 @@ pub struct Scheduler {
     pub running: Vec<Seq>,
     next_admission: u64,
     pub preemptions: u64,
+    /// Loaded LoRA adapters, least recently used first.
+    pub loaded: Vec<std::sync::Arc<str>>,
+    pub lora_loads: u64,
 }
 
 fn blocks_for(tokens: usize, block_size: usize) -> usize {
@@ -136,7 +149,46 @@ impl Scheduler {
             running: Vec::new(),
             next_admission: 0,
             preemptions: 0,
+            loaded: Vec::new(),
+            lora_loads: 0,
         }
+    }
+
+    /// Adapters of running sequences.
+    pub fn running_adapters(&self) -> Vec<String> {
+        let mut adapters: Vec<String> = self
+            .running
+            .iter()
+            .filter_map(|s| s.lora.as_deref().map(str::to_owned))
+            .collect();
+        adapters.sort();
+        adapters.dedup();
+        adapters
+    }
+
+    /// Makes `lora` loaded (most recently used); `false` when every slot holds an adapter
+    /// a running sequence uses.
+    fn load_adapter(&mut self, lora: &std::sync::Arc<str>, out: &mut PassResult) -> bool {
+        if self.cfg.max_loras == 0 {
+            return true;
+        }
+        if let Some(at) = self.loaded.iter().position(|l| l == lora) {
+            let l = self.loaded.remove(at);
+            self.loaded.push(l);
+            return true;
+        }
+        if self.loaded.len() >= self.cfg.max_loras {
+            let in_use =
+                |l: &std::sync::Arc<str>| self.running.iter().any(|s| s.lora.as_ref() == Some(l));
+            let Some(victim) = self.loaded.iter().position(|l| !in_use(l)) else {
+                return false;
+            };
+            self.loaded.remove(victim);
+        }
+        self.loaded.push(std::sync::Arc::clone(lora));
+        self.lora_loads += 1;
+        out.work.lora_loads += 1;
+        true
     }
 
     /// Gives back every block `seq` holds.
@@ -200,10 +252,17 @@ impl Scheduler {
         }
 
         if out.preempted.is_empty() {
+            let mut skipped = Vec::new();
             while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
                 let Some(mut s) = self.waiting.pop_front() else {
                     break;
                 };
+                if let Some(lora) = s.lora.clone()
+                    && !self.load_adapter(&lora, &mut out)
+                {
+                    skipped.push(s);
+                    continue;
+                }
                 match self.admit(&mut s, budget) {
                     Some(n) => {
                         budget -= n;
@@ -216,6 +275,10 @@ impl Scheduler {
                         break;
                     }
                 }
+            }
+            // Skipped for want of an adapter slot: back in front, in their order.
+            for s in skipped.into_iter().rev() {
+                self.waiting.push_front(s);
             }
         }
 

@@ -19,6 +19,7 @@ pub(super) fn cfg(total_kv_blocks: usize, budget: usize, role: Role) -> EngineCo
         speedup: 1.0,
         role,
         staging_timeout_us: 1_000,
+        max_loras: 0,
     }
 }
 
@@ -321,4 +322,35 @@ fn bad_configs_and_requests_are_rejected() {
         e.submit(req(1, toks(1, 8), 1)),
         Err(SubmitError::Duplicate(id(1)))
     );
+}
+
+#[test]
+fn an_adapter_without_a_slot_waits_for_one_and_a_load_takes_time() {
+    let mut e = Engine::new(EngineConfig {
+        max_loras: 1,
+        ..cfg(4096, 8192, Role::Agg)
+    })
+    .expect("valid config");
+    let with = |n: u128, lora: &str| SeqRequest {
+        scope: BlockScope {
+            lora: Some(lora.to_owned()),
+            salt: None,
+        },
+        ..req(n, toks(n as u32, 64), 4)
+    };
+    e.submit(with(1, "sql")).expect("submit");
+    e.submit(with(2, "chat")).expect("submit");
+    e.submit(with(3, "sql")).expect("submit");
+    let mut now = 0;
+    let outs = run(&mut e, &mut now);
+    let first_at = |id_: RequestId| outs.iter().position(|o| o.first_tokens.contains(&id_));
+    let (one, two, three) = (first_at(id(1)), first_at(id(2)), first_at(id(3)));
+    // `sql` takes the one slot; its second request joins it; `chat` waits until no running
+    // request uses `sql`, then loads.
+    assert_eq!(one, three, "the same adapter runs together");
+    assert!(two > one, "{one:?} then {two:?}");
+    let loads: u64 = outs.iter().map(|o| o.work.lora_loads).sum();
+    assert_eq!(loads, 2);
+    assert!(outs[0].duration_us >= (timing::LORA_LOAD_MS * 1000.0) as u64);
+    assert!(e.is_idle());
 }

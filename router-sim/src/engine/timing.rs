@@ -9,8 +9,12 @@
 //!
 //! A pass that has both prefill and decode work takes the **sum** of the two parts, as the
 //! reference's pass does: a mixed batch pays for its prefill tokens and for its decode step.
-//! A pass with neither takes no time. Results are whole microseconds, rounded up, so a pass
+//! A pass with neither takes no time. Each LoRA adapter loaded for the pass adds
+//! [`LORA_LOAD_MS`]. Results are whole microseconds, rounded up, so a pass
 //! with work always advances time.
+
+/// Loading one LoRA adapter into a slot, in milliseconds before speedup.
+pub const LORA_LOAD_MS: f64 = 30.0;
 
 /// Prefill time of `tokens` uncached tokens in milliseconds, before speedup.
 pub fn prefill_ms(tokens: u64) -> f64 {
@@ -46,6 +50,8 @@ pub struct PassWork {
     pub decode_seqs: u64,
     /// Active KV blocks ÷ capacity during the pass.
     pub active_fraction: f64,
+    /// LoRA adapters loaded for the pass.
+    pub lora_loads: u64,
 }
 
 /// Duration of a pass in microseconds (sum of its prefill and decode parts, rounded up).
@@ -57,6 +63,7 @@ pub fn pass_duration_us(work: PassWork, speedup: f64) -> u64 {
     if work.decode_seqs > 0 {
         ms += decode_ms(work.active_fraction);
     }
+    ms += LORA_LOAD_MS * work.lora_loads as f64;
     let us = (ms * 1000.0 / effective_speedup(speedup)).ceil();
     if us <= 0.0 {
         0
@@ -92,6 +99,7 @@ mod tests {
             prefill_tokens: 512,
             decode_seqs: 3,
             active_fraction: 0.5,
+            lora_loads: 0,
         };
         let both = pass_duration_us(work, 1.0);
         let prefill_only = pass_duration_us(
@@ -106,5 +114,13 @@ mod tests {
         assert!(pass_duration_us(work, 10.0) * 10 >= both);
         assert!(pass_duration_us(work, 10.0) * 10 < both + 10);
         assert_eq!(pass_duration_us(PassWork::default(), 1.0), 0);
+        let loading = PassWork {
+            lora_loads: 1,
+            ..work
+        };
+        assert_eq!(
+            pass_duration_us(loading, 1.0),
+            both + (LORA_LOAD_MS * 1000.0) as u64
+        );
     }
 }

@@ -91,6 +91,10 @@ pub struct SimArgs {
     /// A LoRA adapter served too (repeatable).
     #[arg(long = "lora")]
     pub loras: Vec<String>,
+    /// Adapters loaded at once, as vLLM's --max-loras (0: any number, loaded for free); the
+    /// running ones are reported to the routers.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    pub max_loras: u64,
     /// Announcement (heartbeat) and load period, milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub heartbeat_ms: u64,
@@ -135,6 +139,7 @@ impl SimArgs {
             speedup: self.speedup,
             model: self.model.clone(),
             loras: self.loras.clone(),
+            max_loras: usize::try_from(self.max_loras).unwrap_or(0),
             cluster: match &self.pool {
                 Some(model) => router_actors::wire::pool_cluster(&self.cluster, model),
                 None => self.cluster.clone(),

@@ -55,6 +55,8 @@ pub struct LoadReport {
     /// Staged requests released by a pull.
     pub pulled: u64,
     pub preemptions: u64,
+    /// LoRA adapters loaded into a slot (with `max_loras`).
+    pub lora_loads: u64,
     /// The most requests the engine held at once, waiting or running, since it started: how
     /// much work a router let onto it together (for a prefill worker, the prompts it was
     /// given before any finished).
@@ -327,6 +329,7 @@ impl Task {
             engine: load,
             stranded: self.engine.stranded(),
             preemptions: self.engine.preemptions(),
+            lora_loads: self.engine.lora_loads(),
             ..self.stats.clone()
         }
     }

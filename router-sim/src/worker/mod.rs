@@ -140,6 +140,13 @@ pub struct SimConfig {
     pub model: String,
     /// LoRA adapters served too (announced; a request whose `model` names one is namespaced).
     pub loras: Vec<String>,
+    /// Adapters loaded at once (0: any number, loaded for free); a load takes
+    /// `engine::timing::LORA_LOAD_MS`.
+    pub max_loras: usize,
+    /// With `max_loras`: the adapters running and the slots go out with the load reports,
+    /// as vLLM's `vllm:lora_requests_info` says them (the routers prefer where an adapter
+    /// runs).
+    pub report_adapters: bool,
     /// The bus subject prefix.
     pub cluster: String,
     pub heartbeat: Duration,
@@ -179,6 +186,8 @@ impl Default for SimConfig {
             instant: false,
             model: "sim".to_owned(),
             loras: Vec::new(),
+            max_loras: 0,
+            report_adapters: true,
             cluster: "switchyard".to_owned(),
             heartbeat: Duration::from_secs(1),
             lease: Duration::from_secs(5),
@@ -287,6 +296,7 @@ impl SimWorker {
             speedup: cfg.speedup,
             role: cfg.role,
             staging_timeout_us: u64::try_from(cfg.staging_timeout.as_micros()).unwrap_or(u64::MAX),
+            max_loras: cfg.max_loras,
         })
         .map_err(|e| SimError::Config(e.to_string()))?;
         let http_client = reqwest::Client::builder()
@@ -415,6 +425,12 @@ async fn publish_load(link: Arc<WorkerLink>, cfg: SimConfig, engine: EngineHandl
             kv_used_blocks: load.engine.kv_used_blocks as u64,
             waiting: load.engine.waiting as u64,
             running: load.engine.running as u64,
+            adapters: (cfg.max_loras > 0 && cfg.report_adapters).then(|| {
+                router_core::AdapterResidency {
+                    running: load.engine.running_adapters.clone(),
+                    slots: u32::try_from(cfg.max_loras).ok(),
+                }
+            }),
         };
         if let Err(e) = link.publish_load(&body).await {
             tracing::debug!(error = %e, "could not publish the worker's load");

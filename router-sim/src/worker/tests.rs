@@ -22,6 +22,7 @@ fn engine(role: Role) -> Engine {
         speedup: 1.0,
         role,
         staging_timeout_us: 1_000_000,
+        max_loras: 0,
     })
     .unwrap()
 }

@@ -39,6 +39,7 @@ impl Engines {
                     speedup: 1.0,
                     role,
                     staging_timeout_us: u64::MAX,
+                    max_loras: 0,
                 })
                 .map_err(|e| format!("engine config: {e}"))
             })
