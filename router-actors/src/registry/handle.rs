@@ -40,6 +40,13 @@ pub struct ServedModel {
 }
 
 impl Directory {
+    /// Whether some live worker serves `name` (a base model or an adapter).
+    pub fn serves(&self, name: &str) -> bool {
+        self.models
+            .binary_search_by(|m| m.id.as_str().cmp(name))
+            .is_ok()
+    }
+
     /// Whether `name` is a LoRA adapter some live worker serves.
     pub fn is_adapter(&self, name: &str) -> bool {
         self.models

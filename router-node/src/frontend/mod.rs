@@ -105,6 +105,11 @@ pub trait WorkerDirectory: Send + Sync {
         Vec::new()
     }
 
+    /// Whether some live worker serves `model` (a base model or an adapter).
+    fn serves_model(&self, model: &str) -> bool {
+        self.served_models().iter().any(|m| m.id == model)
+    }
+
     /// Whether `model` is a LoRA adapter some live worker serves.
     fn is_adapter(&self, model: &str) -> bool {
         self.served_models()

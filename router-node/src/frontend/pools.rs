@@ -46,8 +46,7 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// Whether a request for `model` belongs here (by name, or served by its workers).
     fn serves(&self, model: &str) -> bool {
-        self.names.iter().any(|n| n == model)
-            || self.directory.served_models().iter().any(|m| m.id == model)
+        self.names.iter().any(|n| n == model) || self.directory.serves_model(model)
     }
 }
 

@@ -48,6 +48,10 @@ impl WorkerDirectory for RegistryDirectory {
         self.0.directory().models.clone()
     }
 
+    fn serves_model(&self, model: &str) -> bool {
+        self.0.directory().serves(model)
+    }
+
     fn is_adapter(&self, model: &str) -> bool {
         self.0.directory().is_adapter(model)
     }
