@@ -265,13 +265,16 @@ impl Tokenizer {
         measured.unwrap_or_else(|| Some(crate::longest_run(text)).filter(|&run| run > limit))
     }
 
-    /// Builds anything built lazily (the tiktoken tables and their longest token); a
-    /// fraction of a second, on the calling thread.
+    /// Builds anything built lazily (the tiktoken tables and their longest token, the
+    /// split pattern of the piece check and its search states for common text); a fraction
+    /// of a second, on the calling thread.
     pub fn warm(&self) {
         if let Self::Tiktoken(encoding) = self {
             let _ = encoding.encode("");
             encoding.learn_longest_token();
         }
+        let sample = "Warm-up: the quick brown fox's 1234 jumps — naïve café, 東京 🚀\n".repeat(16);
+        let _ = self.piece_over(&sample, 8);
     }
 
     /// Whether encoding is cheap now (a HuggingFace tokenizer is loaded with the config).
