@@ -111,10 +111,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut slowest = Duration::ZERO;
         for client in clients {
             let (status, took) = client.join().map_err(|_| "a client panicked")??;
-            println!("round {round}: {status:<40} {:>8.1} ms", took.as_secs_f64() * 1000.0);
+            println!(
+                "round {round}: {status:<40} {:>8.1} ms",
+                took.as_secs_f64() * 1000.0
+            );
             slowest = slowest.max(took);
         }
-        let note = if round == 1 { " (a node that served nothing yet)" } else { "" };
+        let note = if round == 1 {
+            " (a node that served nothing yet)"
+        } else {
+            ""
+        };
         println!(
             "round {round}: the slowest answer in {:.1} ms{note}",
             slowest.as_secs_f64() * 1000.0
