@@ -16,18 +16,16 @@
 //! Options: `--rate` (12), `--seconds` (30), `--speedup` (the engines', 1.0), `--line`
 //! (`local_prefill_below_tokens` of the rules that use it, 512), `--seed` (7).
 
-use router_actors::bus::Bus;
-use router_actors::bus::local::LocalBus;
-use router_core::WorkerId;
-use router_node::config::{BusKind, Config, TopologyKind};
-use router_node::serve::{Listeners, serve_with_bus};
-use router_sim::{Role, SimConfig, SimWorker};
-use router_tools::loadgen::{Outcome, send_streaming};
-use serde_json::json;
-use std::sync::Arc;
+// Shared with `lora_placement`, which uses all of it.
+#[path = "support/fleet.rs"]
+#[allow(dead_code)]
+mod fleet;
+
+use fleet::{Fleet, Rng, percentile_ms, send_all};
+use router_node::config::TopologyKind;
+use router_sim::{Role, SimConfig};
+use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
 struct Args {
@@ -78,158 +76,55 @@ impl Kind {
     }
 }
 
-/// A small deterministic generator (the workload is the same for every rule).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 11
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 1_000_000.0
-    }
-
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-}
-
-/// The requests: when each is sent (from the start), its kind and its prompt.
-fn workload(args: &Args) -> Vec<(Duration, Kind, Vec<u32>)> {
+/// The requests: when each is sent (from the start), its kind and its body.
+fn workload(args: &Args) -> Vec<(Duration, Kind, Value)> {
     let mut rng = Rng(args.seed);
     let mut at = 0.0;
     let mut longs: Vec<Vec<u32>> = Vec::new();
     let mut out = Vec::new();
-    let fresh = |rng: &mut Rng, n: u64| -> Vec<u32> {
-        (0..n).map(|_| 10 + (rng.next() % 50_000) as u32).collect()
-    };
     while at < args.seconds {
-        at += -(1.0 - rng.unit()).ln() / args.rate;
+        at += rng.arrival_gap(args.rate);
         let pick = rng.unit();
         let (kind, prompt) = if pick < 0.4 || (pick >= 0.7 && longs.is_empty()) {
             let n = rng.between(64, 256);
-            (Kind::Short, fresh(&mut rng, n))
+            (Kind::Short, rng.prompt(n))
         } else if pick < 0.7 {
             let n = rng.between(3_000, 6_000);
-            let prompt = fresh(&mut rng, n);
+            let prompt = rng.prompt(n);
             longs.push(prompt.clone());
             (Kind::Long, prompt)
         } else {
             let i = (rng.next() % longs.len() as u64) as usize;
             let mut prompt = longs[i].clone();
-            prompt.extend(fresh(&mut rng, 128));
+            prompt.extend(rng.prompt(128));
             longs[i] = prompt.clone();
             (Kind::FollowUp, prompt)
         };
-        out.push((Duration::from_secs_f64(at), kind, prompt));
+        let body = json!({"model": "sim", "prompt": prompt, "max_tokens": 32, "stream": true});
+        out.push((Duration::from_secs_f64(at), kind, body));
     }
     out
 }
 
-/// One router node over 2 prefill and 2 decode engines, with `rule` set; its API URL.
-async fn fleet(
-    args: &Args,
-    below: u64,
-    waits: bool,
-) -> Result<(String, Vec<SimWorker>, tokio::sync::oneshot::Sender<()>), String> {
-    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new());
-    let cluster = format!("local-prefill-{}", uuid::Uuid::new_v4().simple());
-    let mut workers = Vec::new();
-    for (i, role) in [Role::Prefill, Role::Prefill, Role::Decode, Role::Decode]
-        .into_iter()
-        .enumerate()
-    {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())?;
-        let cfg = SimConfig {
-            worker_id: WorkerId(i as u64 + 1),
+/// One node over 2 prefill and 2 decode engines, with the rule set.
+async fn fleet(args: &Args, below: u64, waits: bool) -> Result<Fleet, String> {
+    let engines = [Role::Prefill, Role::Prefill, Role::Decode, Role::Decode]
+        .map(|role| SimConfig {
             role,
             speedup: args.speedup,
-            cluster: cluster.clone(),
-            heartbeat: Duration::from_millis(100),
-            lease: Duration::from_secs(2),
             ..SimConfig::default()
-        };
-        workers.push(
-            SimWorker::start(listener, Arc::clone(&bus), cfg)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let mut config = Config::default();
-    config.node.cluster = cluster;
-    config.node.topology = TopologyKind::Disaggregated;
-    config.bus.kind = BusKind::InProcess;
-    config.http.listen = "127.0.0.1:0".to_owned();
-    config.admin.listen = "127.0.0.1:0".to_owned();
-    config.peer_sync.heartbeat_ms = 100;
-    config.peer_sync.lease_ms = 500;
-    config.disagg.local_prefill_below_tokens = below;
-    config.disagg.local_prefill_when_prefill_waits = waits;
-    config.validate().map_err(|e| e.to_string())?;
-    let listeners = Listeners::bind(&config).await.map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}",
-        listeners.public.local_addr().map_err(|e| e.to_string())?
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_with_bus(config, listeners, bus, async {
-        let _ = stopped.await;
-    }));
-    let client = reqwest::Client::new();
-    for _ in 0..500 {
+        })
+        .to_vec();
+    let tune = |config: &mut router_node::config::Config| {
+        config.node.topology = TopologyKind::Disaggregated;
+        config.disagg.local_prefill_below_tokens = below;
+        config.disagg.local_prefill_when_prefill_waits = waits;
+    };
+    Fleet::start(engines, tune, async |client, url| {
         let ready = client.get(format!("{url}/ready")).send().await;
-        if ready.is_ok_and(|r| r.status().is_success()) {
-            // Both pools know their workers.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            return Ok((url, workers, stop));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err("the node never became ready".to_owned())
-}
-
-/// Sends the workload open loop; (kind, ttft) of every request (`None`: refused or failed).
-async fn run(url: &str, requests: &[(Duration, Kind, Vec<u32>)]) -> Vec<(Kind, Option<Duration>)> {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(512)
-        .build()
-        .unwrap_or_default();
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (at, kind, prompt) in requests.iter().cloned() {
-        tokio::time::sleep_until(start + at).await;
-        let (client, url) = (client.clone(), format!("{url}/v1/completions"));
-        tasks.push(tokio::spawn(async move {
-            let body = json!({"model": "sim", "prompt": prompt, "max_tokens": 32, "stream": true});
-            let ttft = match send_streaming(&client, &url, None, &body).await {
-                Outcome::Admitted(s) if s.completed => s.ttft,
-                _ => None,
-            };
-            (kind, ttft)
-        }));
-    }
-    let mut out = Vec::new();
-    for task in tasks {
-        if let Ok(result) = task.await {
-            out.push(result);
-        }
-    }
-    out
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+        ready.is_ok_and(|r| r.status().is_success())
+    })
+    .await
 }
 
 fn report(rule: &str, results: &[(Kind, Option<Duration>)]) {
@@ -243,8 +138,8 @@ fn report(rule: &str, results: &[(Kind, Option<Duration>)]) {
         ttfts.sort();
         cells.push(format!(
             "{:.0} / {:.0} ms",
-            percentile(&ttfts, 0.5).as_secs_f64() * 1e3,
-            percentile(&ttfts, 0.99).as_secs_f64() * 1e3
+            percentile_ms(&ttfts, 0.5),
+            percentile_ms(&ttfts, 0.99)
         ));
     }
     let good = results
@@ -267,12 +162,8 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("local_prefill: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return std::process::ExitCode::FAILURE;
     };
     let requests = workload(&args);
     println!(
@@ -291,12 +182,9 @@ fn main() -> std::process::ExitCode {
     ];
     for (name, below, waits) in rules {
         let outcome = runtime.block_on(async {
-            let (url, workers, stop) = fleet(&args, below, waits).await?;
-            let results = run(&url, &requests).await;
-            let _ = stop.send(());
-            for worker in workers {
-                let _ = worker.shutdown().await;
-            }
+            let fleet = fleet(&args, below, waits).await?;
+            let results = send_all(&fleet.url, &requests).await;
+            fleet.stop().await;
             Ok::<_, String>(results)
         });
         match outcome {
