@@ -68,7 +68,6 @@ impl LocalPrefillRule {
     /// Before the prefill gate: a prompt of `prompt_tokens`, of which the best decode
     /// worker holds `decode_cached_tokens`.
     pub fn before_gate(&self, prompt_tokens: u64, decode_cached_tokens: u64) -> PrefillPlace {
-        debug_assert!(decode_cached_tokens <= prompt_tokens.max(decode_cached_tokens));
         let uncached = prompt_tokens.saturating_sub(decode_cached_tokens);
         if uncached < self.below_uncached_tokens {
             PrefillPlace::Local {

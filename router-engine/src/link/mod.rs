@@ -16,7 +16,8 @@
 //!   values; the link keeps polling, in case the engine is restarted with the right one.
 //!
 //! Files: `mod.rs` (config, args, messages, the actor, its handle and supervisor child),
-//! `state.rs` (what each message does), `observe.rs` (phase, counters, snapshot),
+//! `state.rs` (what each message does; its KV event path in `state/events.rs`), `observe.rs`
+//! (phase, counters, snapshot),
 //! `silence.rs` (whether a publishing engine is heard).
 
 mod observe;
